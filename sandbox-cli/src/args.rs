@@ -1,0 +1,223 @@
+//! Command-line arguments (the contract in DESIGN.md) and their translation to caps.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use strata::{
+    Access, BackendChoice, ByteSize, Caps, Error, Net, Result, ScriptLanguage, Strictness, Tool,
+};
+
+/// Run AI-agent tools in sandboxes.
+#[derive(Debug, Parser)]
+#[command(name = "strata", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a program (or, with --script, source code) in a sandbox.
+    Run(Box<RunArgs>),
+    /// Report which backends and guarantees this host supports, and why not.
+    Doctor {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// auto, process, container, wasm or microvm.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Grant read-only access to HOST, at GUEST inside (default: the same path).
+    #[arg(long = "ro", value_name = "HOST[:GUEST]")]
+    pub read_only: Vec<String>,
+    /// Grant read-write access to HOST, at GUEST inside (default: the same path).
+    #[arg(long = "rw", value_name = "HOST[:GUEST]")]
+    pub read_write: Vec<String>,
+    /// Working directory inside the sandbox (default /tmp).
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+    /// Set an environment variable (the host environment is never inherited).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// none (default), host, or allow:HOST[:PORT],...
+    #[arg(long, default_value = "none")]
+    pub net: String,
+    /// Wall-clock timeout in seconds (default 30).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// CPU time limit in seconds (default 30).
+    #[arg(long = "cpu-time", value_name = "SECS")]
+    pub cpu_time: Option<f64>,
+    /// Memory limit, e.g. 256M (default 512M).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Maximum processes and threads (default 128).
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u32>,
+    /// Maximum bytes kept per output stream (default 1M).
+    #[arg(long = "max-output", value_name = "SIZE")]
+    pub max_output: Option<String>,
+    /// Size of the private /tmp and workdir (default 64M).
+    #[arg(long, value_name = "SIZE")]
+    pub disk: Option<String>,
+    /// Container image (container backend).
+    #[arg(long, value_name = "REF")]
+    pub image: Option<String>,
+    /// Container runtime: native, docker, podman or runsc (container backend).
+    #[arg(long)]
+    pub runtime: Option<String>,
+    /// Run source code: python, javascript or sh; the code is the first argument after --.
+    #[arg(long, value_name = "LANG")]
+    pub script: Option<String>,
+    /// Feed this process's standard input to the tool.
+    #[arg(long)]
+    pub stdin: bool,
+    /// Run with what this host can enforce and list the gaps in the receipt, instead of
+    /// refusing.
+    #[arg(long = "best-effort")]
+    pub best_effort: bool,
+    /// Print one JSON object with the result and the receipt.
+    #[arg(long)]
+    pub json: bool,
+    /// The program and its arguments (or the script source).
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    pub command: Vec<String>,
+}
+
+/// A parsed `strata run`.
+pub struct Request {
+    pub backend: BackendChoice,
+    pub strictness: Strictness,
+    pub tool: Tool,
+    pub caps: Caps,
+}
+
+fn mount_arg(spec: &str) -> (PathBuf, PathBuf) {
+    match spec.split_once(':') {
+        Some((host, guest)) if !guest.is_empty() => (host.into(), guest.into()),
+        _ => (spec.into(), spec.into()),
+    }
+}
+
+fn size(flag: &str, value: &str) -> Result<ByteSize> {
+    value
+        .parse()
+        .map_err(|e| Error::invalid(format!("--{flag}: {e}")))
+}
+
+fn seconds(flag: &str, value: f64) -> Result<Duration> {
+    if value.is_finite() && value > 0.0 && value < 1e9 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(Error::invalid(format!(
+            "--{flag} must be a positive number of seconds, got {value}"
+        )))
+    }
+}
+
+impl RunArgs {
+    /// Validates the arguments and builds the request. Nothing runs here.
+    pub fn into_request(self) -> Result<Request> {
+        let backend: BackendChoice = self.backend.parse()?;
+        if self.image.is_some() || self.runtime.is_some() {
+            if backend != BackendChoice::Only(strata::BackendKind::Container) {
+                return Err(Error::invalid(
+                    "--image and --runtime need --backend container",
+                ));
+            }
+            if let Some(runtime) = &self.runtime {
+                if !["native", "docker", "podman", "runsc"].contains(&runtime.as_str()) {
+                    return Err(Error::invalid(format!(
+                        "--runtime {runtime:?}: expected native, docker, podman or runsc"
+                    )));
+                }
+            }
+        }
+        let mut caps = Caps::new();
+        for spec in &self.read_only {
+            let (host, guest) = mount_arg(spec);
+            caps = caps.mount(host, guest, Access::ReadOnly);
+        }
+        for spec in &self.read_write {
+            let (host, guest) = mount_arg(spec);
+            caps = caps.mount(host, guest, Access::ReadWrite);
+        }
+        if let Some(workdir) = self.workdir {
+            caps = caps.workdir(workdir);
+        }
+        for pair in &self.env {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| Error::invalid(format!("--env {pair:?}: expected KEY=VALUE")))?;
+            caps = caps.env(key, value);
+        }
+        caps.net = self.net.parse::<Net>()?;
+        if let Some(t) = self.timeout {
+            caps.limits.timeout = seconds("timeout", t)?;
+        }
+        if let Some(t) = self.cpu_time {
+            caps.limits.cpu_time = seconds("cpu-time", t)?;
+        }
+        if let Some(m) = &self.memory {
+            caps.limits.memory = size("memory", m)?;
+        }
+        if let Some(p) = self.pids {
+            caps.limits.processes = p;
+        }
+        if let Some(o) = &self.max_output {
+            caps.limits.output = size("max-output", o)?;
+        }
+        if let Some(d) = &self.disk {
+            caps.limits.disk = size("disk", d)?;
+        }
+        if self.stdin {
+            use std::io::Read;
+            let mut input = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut input)
+                .map_err(|e| Error::invalid(format!("--stdin: cannot read standard input: {e}")))?;
+            caps.stdin = input;
+        }
+        caps.validate()?;
+        let tool = match &self.script {
+            Some(language) => {
+                let language: ScriptLanguage = language.parse()?;
+                if self.command.len() != 1 {
+                    return Err(Error::invalid(format!(
+                        "--script takes exactly one argument after -- (the source code), got {}",
+                        self.command.len()
+                    )));
+                }
+                Tool::script(language, self.command[0].clone())
+            }
+            None => {
+                let program = &self.command[0];
+                let is_wasm = program.ends_with(".wasm") || program.ends_with(".wat");
+                let wants_wasm = backend == BackendChoice::Only(strata::BackendKind::Wasm)
+                    || (backend == BackendChoice::Auto && is_wasm);
+                if wants_wasm {
+                    Tool::wasm(program, self.command[1..].iter().cloned())
+                } else {
+                    Tool::command(self.command.iter().cloned())
+                }
+            }
+        };
+        tool.validate()?;
+        Ok(Request {
+            backend,
+            strictness: if self.best_effort {
+                Strictness::BestEffort
+            } else {
+                Strictness::Strict
+            },
+            tool,
+            caps,
+        })
+    }
+}

@@ -1,0 +1,280 @@
+//! The contract between the `Sandbox` facade and each isolation backend.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::caps::Caps;
+use crate::doctor::BackendReport;
+use crate::error::{Error, Result};
+use crate::output::RunOutput;
+use crate::tool::Tool;
+
+/// An isolation backend. Implementations validate the request, refuse what they cannot
+/// enforce (unless [`Strictness::BestEffort`]), run the tool, and report what they enforced.
+pub trait Backend: Send + Sync {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Runs `tool` with `caps`, blocking until the run and everything it started are gone.
+    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput>;
+
+    /// Probes the host: is this backend usable here, and which guarantees does it have.
+    fn report(&self) -> BackendReport;
+}
+
+/// The backends Strata knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// Linux process sandbox: namespaces, landlock, seccomp, cgroups, rlimits.
+    Process,
+    /// wasmtime + WASI.
+    Wasm,
+    /// OCI image rootfs on the process sandbox, or a container engine.
+    Container,
+    /// A microVM (QEMU microvm or Firecracker).
+    Microvm,
+}
+
+impl BackendKind {
+    /// All backends, in routing preference order.
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Process,
+        BackendKind::Wasm,
+        BackendKind::Container,
+        BackendKind::Microvm,
+    ];
+
+    /// The lowercase name used by the CLI and bindings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Process => "process",
+            BackendKind::Wasm => "wasm",
+            BackendKind::Container => "container",
+            BackendKind::Microvm => "microvm",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown backend {s:?} (expected process, wasm, container or microvm)"
+                ))
+            })
+    }
+}
+
+/// What happens when a guarantee the caps need cannot be enforced on this host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strictness {
+    /// Refuse the run with [`Error::Unenforceable`] naming the missing guarantee. Default.
+    #[default]
+    Strict,
+    /// Run with what can be enforced and list each gap in the receipt.
+    BestEffort,
+}
+
+impl fmt::Display for Strictness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strictness::Strict => "strict",
+            Strictness::BestEffort => "best-effort",
+        })
+    }
+}
+
+/// Which output stream a chunk came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Receives output while the run is going (streaming callbacks). Chunks arrive in order per
+/// stream; the kept output in [`RunOutput`] is unaffected.
+pub trait OutputSink: Send + Sync {
+    /// Called with each chunk read from the tool, at most up to the output limit.
+    fn on_output(&self, stream: Stream, chunk: &[u8]);
+}
+
+impl<F: Fn(Stream, &[u8]) + Send + Sync> OutputSink for F {
+    fn on_output(&self, stream: Stream, chunk: &[u8]) {
+        self(stream, chunk)
+    }
+}
+
+/// Per-run options that are not capabilities.
+#[derive(Clone, Default)]
+pub struct RunContext {
+    /// Strict (default) or best-effort.
+    pub strictness: Strictness,
+    /// Cancelling it kills the run; `run` then returns [`Error::Cancelled`].
+    pub cancel: CancelToken,
+    /// Streaming output callback.
+    pub sink: Option<Arc<dyn OutputSink>>,
+}
+
+impl fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunContext")
+            .field("strictness", &self.strictness)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
+}
+
+type Callback = Box<dyn Fn() + Send + Sync>;
+
+#[derive(Default)]
+struct CancelInner {
+    cancelled: AtomicBool,
+    next_id: AtomicU64,
+    callbacks: Mutex<Vec<(u64, Callback)>>,
+}
+
+/// A cloneable cancellation flag. Backends register a wake-up with
+/// [`CancelToken::on_cancel`] so cancelling interrupts a blocked run at once.
+#[derive(Clone, Default)]
+pub struct CancelToken {
+    inner: Arc<CancelInner>,
+}
+
+impl fmt::Debug for CancelToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CancelToken")
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+impl CancelToken {
+    /// A token that has not been cancelled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels; runs every registered callback once.
+    pub fn cancel(&self) {
+        if self.inner.cancelled.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let callbacks = match self.inner.callbacks.lock() {
+            Ok(mut guard) => std::mem::take(&mut *guard),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        for (_, callback) in callbacks {
+            callback();
+        }
+    }
+
+    /// Whether [`CancelToken::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Runs `callback` when cancelled (at once if already cancelled). The registration is
+    /// removed when the returned guard drops.
+    pub fn on_cancel(&self, callback: impl Fn() + Send + Sync + 'static) -> CancelRegistration {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut guard = match self.inner.callbacks.lock() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if !self.is_cancelled() {
+                guard.push((id, Box::new(callback)));
+                return CancelRegistration {
+                    token: self.clone(),
+                    id,
+                };
+            }
+        }
+        callback();
+        CancelRegistration {
+            token: self.clone(),
+            id,
+        }
+    }
+}
+
+/// Removes a cancel callback when dropped.
+pub struct CancelRegistration {
+    token: CancelToken,
+    id: u64,
+}
+
+impl Drop for CancelRegistration {
+    fn drop(&mut self) {
+        let mut guard = match self.token.inner.callbacks.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        guard.retain(|(id, _)| *id != self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn cancel_runs_callbacks_once_and_late_registrations_immediately() {
+        let token = CancelToken::new();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let _reg = token.on_cancel(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+        });
+        token.cancel();
+        token.cancel();
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+        let h = hits.clone();
+        let _late = token.on_cancel(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn dropped_registration_is_not_called() {
+        let token = CancelToken::new();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        drop(token.on_cancel(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+        }));
+        token.cancel();
+        assert_eq!(hits.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn unknown_backend_names_the_choices() {
+        let err = "vm".parse::<BackendKind>().expect_err("unknown");
+        assert!(err
+            .to_string()
+            .contains("process, wasm, container or microvm"));
+    }
+}

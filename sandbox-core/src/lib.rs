@@ -1,0 +1,33 @@
+//! The platform-independent heart of Strata.
+//!
+//! This crate defines *what* a sandboxed run is, independent of *how* it is isolated:
+//!
+//! - [`Tool`]: what to run (an argv, a script, a WebAssembly module).
+//! - [`Caps`]: what it may touch. Deny by default; every grant is explicit.
+//! - [`RunOutput`]: what happened, including a [`Receipt`] of what was enforced.
+//! - [`Error`]: why a run was refused or failed, split into kinds callers act on.
+//! - [`Backend`]: the trait every isolation backend implements.
+//!
+//! It contains no OS code and no `unsafe`; the backends live in their own crates.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod caps;
+pub mod doctor;
+pub mod error;
+pub mod output;
+pub mod receipt;
+pub mod size;
+pub mod tool;
+mod validate;
+
+pub use backend::{Backend, BackendKind, CancelToken, OutputSink, RunContext, Stream, Strictness};
+pub use caps::{Access, Caps, Limits, Mount, Net, NetRule, SystemDirs};
+pub use doctor::{BackendReport, Check, DoctorReport};
+pub use error::{Error, ErrorKind, Result};
+pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput};
+pub use receipt::{Capability, Denial, Enforcement, Gap, Receipt};
+pub use size::ByteSize;
+pub use tool::{ScriptLanguage, Tool};

@@ -1,0 +1,200 @@
+//! What a run produced.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::receipt::Receipt;
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ExitStatus {
+    /// The tool exited with a code.
+    Exited {
+        /// The exit code (0-255).
+        code: i32,
+    },
+    /// The tool was killed by a signal it did not get from a Strata limit.
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+    /// A limit ended the run; the whole process tree was killed.
+    Limit {
+        /// Which limit.
+        limit: LimitKind,
+        /// The signal that ended the tool, when it was a signal.
+        signal: Option<i32>,
+    },
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Exited { code } => write!(f, "exit code {code}"),
+            ExitStatus::Signaled { signal } => write!(f, "killed by signal {signal}"),
+            ExitStatus::Limit { limit, .. } => write!(f, "{limit} limit exceeded"),
+        }
+    }
+}
+
+/// A limit that ended a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// Wall-clock timeout.
+    Wall,
+    /// CPU time.
+    Cpu,
+    /// Memory.
+    Memory,
+    /// Number of processes or threads.
+    Pids,
+    /// Output bytes on stdout or stderr.
+    Output,
+    /// Scratch disk (`/tmp`, workdir) full.
+    Disk,
+    /// A single file grew past the file-size limit.
+    FileSize,
+    /// WebAssembly fuel (deterministic instruction budget).
+    Fuel,
+}
+
+impl LimitKind {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::Wall => "wall",
+            LimitKind::Cpu => "cpu",
+            LimitKind::Memory => "memory",
+            LimitKind::Pids => "pids",
+            LimitKind::Output => "output",
+            LimitKind::Disk => "disk",
+            LimitKind::FileSize => "file_size",
+            LimitKind::Fuel => "fuel",
+        }
+    }
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Resources the run used, as far as the backend can measure them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceUsage {
+    /// User CPU time in microseconds.
+    pub user_cpu_us: u64,
+    /// System CPU time in microseconds.
+    pub system_cpu_us: u64,
+    /// Peak memory in bytes (cgroup peak when available, otherwise max RSS).
+    pub peak_memory_bytes: u64,
+}
+
+/// The result of a run that happened. A non-zero exit is data, not an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunOutput {
+    /// How the run ended.
+    pub status: ExitStatus,
+    /// Captured standard output, at most `limits.output` bytes.
+    pub stdout: Vec<u8>,
+    /// Captured standard error, at most `limits.output` bytes.
+    pub stderr: Vec<u8>,
+    /// Whether stdout was cut at the output limit.
+    pub stdout_truncated: bool,
+    /// Whether stderr was cut at the output limit.
+    pub stderr_truncated: bool,
+    /// Wall time from start of the sandbox to the end of the run.
+    pub duration: Duration,
+    /// Measured resource usage.
+    pub usage: ResourceUsage,
+    /// What was enforced.
+    pub receipt: Receipt,
+}
+
+impl RunOutput {
+    /// The exit code, when the tool exited normally.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.status {
+            ExitStatus::Exited { code } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The signal that ended the tool, if any.
+    pub fn signal(&self) -> Option<i32> {
+        match self.status {
+            ExitStatus::Signaled { signal } => Some(signal),
+            ExitStatus::Limit { signal, .. } => signal,
+            ExitStatus::Exited { .. } => None,
+        }
+    }
+
+    /// The limit that ended the run, if any.
+    pub fn limit(&self) -> Option<LimitKind> {
+        match self.status {
+            ExitStatus::Limit { limit, .. } => Some(limit),
+            _ => None,
+        }
+    }
+
+    /// Whether the wall-clock timeout ended the run.
+    pub fn timed_out(&self) -> bool {
+        self.limit() == Some(LimitKind::Wall)
+    }
+
+    /// Whether the tool exited with code 0.
+    pub fn success(&self) -> bool {
+        self.exit_code() == Some(0)
+    }
+
+    /// `Ok(self)` on success, otherwise [`crate::Error::LimitExceeded`] or
+    /// [`crate::Error::ToolFailed`].
+    pub fn check(self) -> crate::Result<Self> {
+        match self.status {
+            ExitStatus::Exited { code: 0 } => Ok(self),
+            ExitStatus::Limit { limit, .. } => Err(crate::Error::LimitExceeded { limit }),
+            status => Err(crate::Error::ToolFailed {
+                status: status.to_string(),
+            }),
+        }
+    }
+
+    /// The process exit code a CLI should use: the tool's code, 124 on timeout, 137 when
+    /// killed for another limit, 128+N for signal N.
+    pub fn cli_exit_code(&self) -> i32 {
+        match self.status {
+            ExitStatus::Exited { code } => code,
+            ExitStatus::Limit {
+                limit: LimitKind::Wall,
+                ..
+            } => 124,
+            ExitStatus::Limit { .. } => 137,
+            ExitStatus::Signaled { signal } => 128 + signal,
+        }
+    }
+
+    /// The JSON object of the CLI contract: `exit_code, signal, timed_out, limit, stdout,
+    /// stderr, stdout_truncated, stderr_truncated, duration_ms, usage, receipt`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "exit_code": self.exit_code(),
+            "signal": self.signal(),
+            "timed_out": self.timed_out(),
+            "limit": self.limit(),
+            "stdout": String::from_utf8_lossy(&self.stdout),
+            "stderr": String::from_utf8_lossy(&self.stderr),
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+            "duration_ms": self.duration.as_secs_f64() * 1000.0,
+            "usage": self.usage,
+            "receipt": self.receipt,
+        })
+    }
+}

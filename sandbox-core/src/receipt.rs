@@ -1,0 +1,209 @@
+//! Receipts: what a run actually enforced, and what it observed being denied.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{BackendKind, Strictness};
+
+/// What was enforced for one run, per capability and mechanism. Agents and auditors read
+/// it; tests assert on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// The backend that ran the tool (the outermost layer).
+    pub backend: BackendKind,
+    /// Isolation layers from outermost to innermost (e.g. `["process", "wasm"]`).
+    pub layers: Vec<BackendKind>,
+    /// Strictness the run used.
+    pub strictness: Strictness,
+    /// Every guarantee in force, with its mechanism.
+    pub enforced: Vec<Enforcement>,
+    /// Guarantees the caps asked for that were *not* enforced (only with best-effort).
+    pub gaps: Vec<Gap>,
+    /// Denials and limit hits observed during the run.
+    pub denials: Vec<Denial>,
+}
+
+impl Receipt {
+    /// An empty receipt for `backend`.
+    pub fn new(backend: BackendKind, strictness: Strictness) -> Self {
+        Receipt {
+            backend,
+            layers: vec![backend],
+            strictness,
+            enforced: Vec::new(),
+            gaps: Vec::new(),
+            denials: Vec::new(),
+        }
+    }
+
+    /// Records an enforced guarantee.
+    pub fn enforce(
+        &mut self,
+        capability: Capability,
+        mechanism: impl Into<String>,
+        detail: impl Into<String>,
+    ) {
+        self.enforced.push(Enforcement {
+            capability,
+            mechanism: mechanism.into(),
+            detail: detail.into(),
+        });
+    }
+
+    /// Records a gap (a guarantee that was asked for but not enforced).
+    pub fn gap(&mut self, capability: Capability, reason: impl Into<String>) {
+        self.gaps.push(Gap {
+            capability,
+            reason: reason.into(),
+        });
+    }
+
+    /// Records an observed denial.
+    pub fn deny(&mut self, capability: Capability, detail: impl Into<String>) {
+        self.denials.push(Denial {
+            capability,
+            detail: detail.into(),
+        });
+    }
+
+    /// The enforcements for one capability.
+    pub fn enforced_for(&self, capability: Capability) -> impl Iterator<Item = &Enforcement> {
+        self.enforced
+            .iter()
+            .filter(move |e| e.capability == capability)
+    }
+
+    /// Whether `capability` is enforced by a mechanism whose name contains `mechanism`.
+    pub fn has(&self, capability: Capability, mechanism: &str) -> bool {
+        self.enforced_for(capability)
+            .any(|e| e.mechanism.contains(mechanism))
+    }
+}
+
+impl fmt::Display for Receipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let layers: Vec<&str> = self.layers.iter().map(|l| l.as_str()).collect();
+        writeln!(
+            f,
+            "backend: {} (layers: {}; {})",
+            self.backend,
+            layers.join(" > "),
+            self.strictness
+        )?;
+        for e in &self.enforced {
+            writeln!(f, "  {}: {} ({})", e.capability, e.mechanism, e.detail)?;
+        }
+        for g in &self.gaps {
+            writeln!(f, "  GAP {}: {}", g.capability, g.reason)?;
+        }
+        for d in &self.denials {
+            writeln!(f, "  denied {}: {}", d.capability, d.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// One guarantee in force.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforcement {
+    /// What it protects.
+    pub capability: Capability,
+    /// How (e.g. `"landlock ABI 7"`, `"empty netns"`, `"cgroup v1 memory"`).
+    pub mechanism: String,
+    /// Parameters (paths, values).
+    pub detail: String,
+}
+
+/// A guarantee that was not enforced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gap {
+    /// What is unprotected.
+    pub capability: Capability,
+    /// Why.
+    pub reason: String,
+}
+
+/// Something the sandbox refused or cut off during the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denial {
+    /// What was denied.
+    pub capability: Capability,
+    /// Details (limit value, destination, path).
+    pub detail: String,
+}
+
+/// The capabilities a receipt speaks about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Capability {
+    /// File-system visibility and access.
+    Fs,
+    /// Network access.
+    Net,
+    /// Environment variables.
+    Env,
+    /// Process visibility, signals, ptrace.
+    Processes,
+    /// SysV IPC, POSIX message queues.
+    Ipc,
+    /// Hostname.
+    Uts,
+    /// System calls.
+    Syscalls,
+    /// Privileges (capabilities, no_new_privs, uid).
+    Privileges,
+    /// Open file descriptors inherited from the host.
+    Fds,
+    /// Memory.
+    Memory,
+    /// CPU time.
+    Cpu,
+    /// Wall-clock time.
+    Wall,
+    /// Process and thread count.
+    Pids,
+    /// Output bytes.
+    Output,
+    /// Scratch disk.
+    Disk,
+    /// Size of a single file.
+    FileSize,
+    /// Open files.
+    OpenFiles,
+    /// Lifetime of processes the tool starts.
+    Lifetime,
+}
+
+impl Capability {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Fs => "fs",
+            Capability::Net => "net",
+            Capability::Env => "env",
+            Capability::Processes => "processes",
+            Capability::Ipc => "ipc",
+            Capability::Uts => "uts",
+            Capability::Syscalls => "syscalls",
+            Capability::Privileges => "privileges",
+            Capability::Fds => "fds",
+            Capability::Memory => "memory",
+            Capability::Cpu => "cpu",
+            Capability::Wall => "wall",
+            Capability::Pids => "pids",
+            Capability::Output => "output",
+            Capability::Disk => "disk",
+            Capability::FileSize => "file_size",
+            Capability::OpenFiles => "open_files",
+            Capability::Lifetime => "lifetime",
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,245 @@
+//! Host-independent checks of a request. Everything here is pure; backends add the checks
+//! that need the host (does a mount source exist).
+
+use std::collections::HashSet;
+use std::path::{Component, Path};
+
+use crate::caps::{Caps, NetRule};
+use crate::error::{Error, Result};
+use crate::tool::Tool;
+
+/// Guest paths the sandbox owns; a mount may not replace them.
+const RESERVED_GUEST_PATHS: [&str; 2] = ["/proc", "/dev"];
+
+pub(crate) fn caps(caps: &Caps) -> Result<()> {
+    let mut seen = HashSet::new();
+    for mount in &caps.mounts {
+        absolute_clean("mount host path", &mount.host)?;
+        absolute_clean("mount guest path", &mount.guest)?;
+        if mount.guest == Path::new("/") {
+            return Err(Error::invalid(format!(
+                "mount {} -> /: the sandbox root cannot be a mount; mount below it",
+                mount.host.display()
+            )));
+        }
+        for reserved in RESERVED_GUEST_PATHS {
+            if mount.guest.starts_with(reserved) {
+                return Err(Error::invalid(format!(
+                    "mount guest path {} is inside {reserved}, which the sandbox provides itself",
+                    mount.guest.display()
+                )));
+            }
+        }
+        if !seen.insert(mount.guest.clone()) {
+            return Err(Error::invalid(format!(
+                "two mounts target the same guest path {}",
+                mount.guest.display()
+            )));
+        }
+    }
+    for (key, value) in &caps.env {
+        if key.is_empty() || key.contains('=') || key.contains('\0') {
+            return Err(Error::invalid(format!(
+                "invalid environment variable name {key:?} (must be non-empty, without '=' or NUL)"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(Error::invalid(format!(
+                "environment variable {key} contains a NUL byte"
+            )));
+        }
+    }
+    if let Some(workdir) = &caps.workdir {
+        absolute_clean("workdir", workdir)?;
+        for reserved in RESERVED_GUEST_PATHS {
+            if workdir.starts_with(reserved) {
+                return Err(Error::invalid(format!(
+                    "workdir {} is inside {reserved}",
+                    workdir.display()
+                )));
+            }
+        }
+    }
+    if let crate::caps::Net::Allow(rules) = &caps.net {
+        for rule in rules {
+            net_rule(rule)?;
+        }
+    }
+    let limits = &caps.limits;
+    let positive = [
+        ("timeout", limits.timeout.as_nanos() > 0),
+        ("cpu_time", limits.cpu_time.as_nanos() > 0),
+        ("memory", limits.memory.bytes() >= 1 << 20),
+        ("processes", limits.processes > 0),
+        ("open_files", limits.open_files >= 8),
+        ("disk", limits.disk.bytes() >= 1 << 16),
+        ("file_size", limits.file_size.bytes() > 0),
+    ];
+    for (name, ok) in positive {
+        if !ok {
+            return Err(Error::invalid(format!(
+                "limit {name} is too small (timeout/cpu_time > 0, memory >= 1M, processes >= 1, open_files >= 8, disk >= 64K)"
+            )));
+        }
+    }
+    if matches!(limits.address_space, Some(a) if a.bytes() < 1 << 20) {
+        return Err(Error::invalid("limit address_space is below 1M"));
+    }
+    Ok(())
+}
+
+pub(crate) fn tool(tool: &Tool) -> Result<()> {
+    match tool {
+        Tool::Command { argv } => {
+            let program = argv
+                .first()
+                .ok_or_else(|| Error::invalid("command argv is empty: name a program to run"))?;
+            if program.is_empty() {
+                return Err(Error::invalid("command argv[0] is an empty string"));
+            }
+            if let Some(arg) = argv.iter().find(|a| a.contains('\0')) {
+                return Err(Error::invalid(format!(
+                    "command argument {arg:?} contains a NUL byte"
+                )));
+            }
+        }
+        Tool::Script { source, .. } => {
+            if source.contains('\0') {
+                return Err(Error::invalid("script source contains a NUL byte"));
+            }
+        }
+        Tool::Wasm { module, args } => {
+            if module.as_os_str().is_empty() {
+                return Err(Error::invalid("wasm module path is empty"));
+            }
+            if args.iter().any(|a| a.contains('\0')) {
+                return Err(Error::invalid("wasm argument contains a NUL byte"));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn net_rule(rule: &NetRule) -> Result<()> {
+    let host = rule.host.strip_prefix("*.").unwrap_or(&rule.host);
+    let valid = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':'))
+        && !host.starts_with('.')
+        && !host.ends_with('.');
+    if !valid {
+        return Err(Error::invalid(format!(
+            "invalid network rule host {:?} (expected a DNS name, *.domain or an IP address)",
+            rule.host
+        )));
+    }
+    if rule.port == Some(0) {
+        return Err(Error::invalid(format!("invalid port 0 for {}", rule.host)));
+    }
+    Ok(())
+}
+
+fn absolute_clean(what: &str, path: &Path) -> Result<()> {
+    let text = path.to_string_lossy();
+    if !path.is_absolute() {
+        return Err(Error::invalid(format!("{what} {text:?} must be absolute")));
+    }
+    if text.contains('\0') {
+        return Err(Error::invalid(format!(
+            "{what} {text:?} contains a NUL byte"
+        )));
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        || text.split('/').any(|part| part == "." || part == "..")
+    {
+        return Err(Error::invalid(format!(
+            "{what} {text:?} contains '.' or '..'; give a normalized path"
+        )));
+    }
+    Ok(())
+}
+
+impl Tool {
+    /// Checks the tool for mistakes no backend could run (empty argv, NUL bytes).
+    pub fn validate(&self) -> Result<()> {
+        tool(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caps::Access;
+    use crate::ErrorKind;
+
+    fn assert_invalid(caps: &Caps, needle: &str) {
+        let err = caps.validate().expect_err(needle);
+        assert_eq!(err.kind(), ErrorKind::InvalidRequest);
+        assert!(
+            err.to_string().contains(needle),
+            "{err} should mention {needle}"
+        );
+    }
+
+    #[test]
+    fn rejects_relative_dotdot_and_reserved_paths() {
+        assert_invalid(&Caps::new().read_only("data"), "must be absolute");
+        assert_invalid(&Caps::new().read_only("/data/../etc"), "'..'");
+        assert_invalid(
+            &Caps::new().mount("/x", "/proc/1", Access::ReadOnly),
+            "/proc",
+        );
+        assert_invalid(&Caps::new().mount("/x", "/dev", Access::ReadWrite), "/dev");
+        assert_invalid(
+            &Caps::new().mount("/x", "/", Access::ReadOnly),
+            "sandbox root",
+        );
+        assert_invalid(
+            &Caps::new()
+                .read_only("/a")
+                .mount("/b", "/a", Access::ReadOnly),
+            "same guest path",
+        );
+        assert_invalid(&Caps::new().workdir("rel"), "must be absolute");
+    }
+
+    #[test]
+    fn rejects_bad_env_and_limits() {
+        assert_invalid(
+            &Caps::new().env("A=B", "x"),
+            "invalid environment variable name",
+        );
+        assert_invalid(
+            &Caps::new().env("", "x"),
+            "invalid environment variable name",
+        );
+        assert_invalid(&Caps::new().env("A", "x\0y"), "NUL");
+        assert_invalid(&Caps::new().timeout(std::time::Duration::ZERO), "timeout");
+        let mut caps = Caps::new();
+        caps.limits.processes = 0;
+        assert_invalid(&caps, "processes");
+    }
+
+    #[test]
+    fn accepts_defaults_and_normal_grants() {
+        Caps::new()
+            .read_only("/usr/share")
+            .read_write("/tmp/out")
+            .env("A", "1")
+            .workdir("/work")
+            .validate()
+            .expect("valid");
+    }
+
+    #[test]
+    fn rejects_empty_argv() {
+        let err = Tool::Command { argv: vec![] }
+            .validate()
+            .expect_err("empty");
+        assert!(err.to_string().contains("argv is empty"));
+    }
+}

@@ -1,0 +1,422 @@
+//! Per-run cgroups: memory, pids and CPU accounting for the whole sandbox, on cgroup v2
+//! (what most machines have) and v1 (what some CI hosts and older distributions have).
+//!
+//! The host creates one cgroup per run under `<own cgroup>/strata/`, writes the limits,
+//! and hands the `cgroup.procs` paths to the helper, which joins them before it creates
+//! namespaces so every sandbox process is inside. After the run the host reads the
+//! counters (peak memory, OOM kills, refused forks), kills anything still inside, and
+//! removes the cgroup.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Where this host's cgroup controllers are, for the calling process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Unified hierarchy: one base directory with `memory` and `pids` enabled.
+    V2 {
+        /// `<mount>/<own cgroup>/strata`.
+        base: PathBuf,
+    },
+    /// Legacy hierarchies: one base per controller.
+    V1 {
+        /// `<memory mount>/<own cgroup>/strata`.
+        memory: PathBuf,
+        /// `<pids mount>/<own cgroup>/strata`.
+        pids: PathBuf,
+        /// `<cpuacct mount>/<own cgroup>/strata`, for CPU accounting, if mounted.
+        cpuacct: Option<PathBuf>,
+    },
+}
+
+impl Layout {
+    /// `"cgroup v2"` or `"cgroup v1"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Layout::V2 { .. } => "cgroup v2",
+            Layout::V1 { .. } => "cgroup v1",
+        }
+    }
+}
+
+/// One mounted cgroup hierarchy from `/proc/self/mountinfo`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hierarchy {
+    /// Mount point.
+    pub mount: PathBuf,
+    /// `true` for cgroup2.
+    pub unified: bool,
+    /// Controllers (v1 super options such as `memory`, `pids`, `cpu`, `cpuacct`).
+    pub controllers: Vec<String>,
+}
+
+/// Parses cgroup mounts out of `/proc/self/mountinfo` text. Pure.
+pub fn parse_mountinfo(text: &str) -> Vec<Hierarchy> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        if fields.len() < 5 || right.len() < 3 {
+            continue;
+        }
+        let (fstype, super_opts) = (right[0], right[2]);
+        let mount = PathBuf::from(fields[4].replace("\\040", " "));
+        match fstype {
+            "cgroup2" => out.push(Hierarchy {
+                mount,
+                unified: true,
+                controllers: Vec::new(),
+            }),
+            "cgroup" => out.push(Hierarchy {
+                mount,
+                unified: false,
+                controllers: super_opts.split(',').map(str::to_string).collect(),
+            }),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Parses `/proc/self/cgroup`: (controllers, path) per line; v2's line has no controllers.
+pub fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, PathBuf)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let _id = parts.next()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            let controllers = if controllers.is_empty() {
+                Vec::new()
+            } else {
+                controllers.split(',').map(str::to_string).collect()
+            };
+            Some((controllers, PathBuf::from(path)))
+        })
+        .collect()
+}
+
+/// Picks the layout from parsed mount and membership data. Pure. Prefers v2 when the
+/// unified hierarchy offers both `memory` and `pids` (`v2_controllers` is the content of
+/// its `cgroup.controllers`).
+pub fn choose_layout(
+    mounts: &[Hierarchy],
+    membership: &[(Vec<String>, PathBuf)],
+    v2_controllers: Option<&str>,
+) -> Option<Layout> {
+    let own = |controller: Option<&str>| -> PathBuf {
+        membership
+            .iter()
+            .find(|(ctrls, _)| match controller {
+                Some(c) => ctrls.iter().any(|x| x == c),
+                None => ctrls.is_empty(),
+            })
+            .map(|(_, p)| p.clone())
+            .unwrap_or_else(|| PathBuf::from("/"))
+    };
+    let under = |mount: &Path, own: PathBuf| {
+        mount
+            .join(own.strip_prefix("/").unwrap_or(&own))
+            .join("strata")
+    };
+    if let (Some(unified), Some(ctrls)) = (mounts.iter().find(|h| h.unified), v2_controllers) {
+        let has = |c: &str| ctrls.split_whitespace().any(|x| x == c);
+        if has("memory") && has("pids") {
+            return Some(Layout::V2 {
+                base: under(&unified.mount, own(None)),
+            });
+        }
+    }
+    let v1 = |name: &str| {
+        mounts
+            .iter()
+            .find(|h| !h.unified && h.controllers.iter().any(|c| c == name))
+    };
+    let memory = v1("memory")?;
+    let pids = v1("pids")?;
+    Some(Layout::V1 {
+        memory: under(&memory.mount, own(Some("memory"))),
+        pids: under(&pids.mount, own(Some("pids"))),
+        cpuacct: v1("cpuacct").map(|h| under(&h.mount, own(Some("cpuacct")))),
+    })
+}
+
+/// Detects the layout and checks that Strata can create cgroups there. `Err` says why not.
+pub fn detect() -> Result<Layout, String> {
+    let mountinfo =
+        fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("read mountinfo: {e}"))?;
+    let membership = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
+    let mounts = parse_mountinfo(&mountinfo);
+    let membership = parse_proc_cgroup(&membership);
+    let v2_controllers = mounts.iter().find(|h| h.unified).and_then(|h| {
+        let own = membership
+            .iter()
+            .find(|(c, _)| c.is_empty())
+            .map(|(_, p)| p.clone())?;
+        fs::read_to_string(
+            h.mount
+                .join(own.strip_prefix("/").unwrap_or(&own))
+                .join("cgroup.controllers"),
+        )
+        .ok()
+    });
+    let layout =
+        choose_layout(&mounts, &membership, v2_controllers.as_deref()).ok_or_else(|| {
+            "no cgroup hierarchy with memory and pids controllers is mounted".to_string()
+        })?;
+    let bases: Vec<&Path> = match &layout {
+        Layout::V2 { base } => vec![base],
+        Layout::V1 {
+            memory,
+            pids,
+            cpuacct,
+        } => {
+            let mut v = vec![memory.as_path(), pids.as_path()];
+            v.extend(cpuacct.as_deref());
+            v
+        }
+    };
+    for base in bases {
+        match fs::create_dir(base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot create {}: {e}", base.display())),
+        }
+        // The directory may exist (made by another user): prove we can create runs in it.
+        let probe = base.join(format!("probe-{}", std::process::id()));
+        fs::create_dir(&probe).map_err(|e| format!("cannot create cgroups in {}: {e}", base.display()))?;
+        let _ = fs::remove_dir(&probe);
+    }
+    if let Layout::V2 { base } = &layout {
+        // Children of `strata/` need the controllers delegated to them.
+        fs::write(base.join("cgroup.subtree_control"), "+memory +pids")
+            .map_err(|e| format!("cannot enable memory and pids in {}: {e}", base.display()))?;
+        let _ = fs::write(base.join("cgroup.subtree_control"), "+cpu");
+    }
+    Ok(layout)
+}
+
+/// The per-run limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Memory in bytes (swap is not allowed on top).
+    pub memory: u64,
+    /// Processes and threads.
+    pub pids: u32,
+}
+
+/// Counters read after the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Peak memory, bytes.
+    pub peak_memory: u64,
+    /// Processes killed by the OOM killer in this cgroup.
+    pub oom_kills: u64,
+    /// Forks refused by the pids limit.
+    pub pids_refused: u64,
+    /// CPU time of every process that ran in it, microseconds.
+    pub cpu_us: Option<u64>,
+}
+
+/// One run's cgroup(s). Removed on drop (after killing anything left inside).
+#[derive(Debug)]
+pub struct RunCgroup {
+    dirs: Vec<PathBuf>,
+    version2: bool,
+}
+
+static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
+
+impl RunCgroup {
+    /// Creates the run's cgroup(s) and writes `limits`.
+    pub fn create(layout: &Layout, limits: Limits) -> io::Result<Self> {
+        let name = format!(
+            "run-{}-{}",
+            std::process::id(),
+            NEXT_RUN.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut run = RunCgroup {
+            dirs: Vec::new(),
+            version2: matches!(layout, Layout::V2 { .. }),
+        };
+        match layout {
+            Layout::V2 { base } => {
+                let dir = run.make(base, &name)?;
+                fs::write(dir.join("memory.max"), limits.memory.to_string())?;
+                let _ = fs::write(dir.join("memory.swap.max"), "0");
+                fs::write(dir.join("pids.max"), limits.pids.to_string())?;
+            }
+            Layout::V1 {
+                memory,
+                pids,
+                cpuacct,
+            } => {
+                let mem = run.make(memory, &name)?;
+                fs::write(mem.join("memory.limit_in_bytes"), limits.memory.to_string())?;
+                // Swap accounting is optional; where present, memory+swap gets the same cap.
+                let _ = fs::write(
+                    mem.join("memory.memsw.limit_in_bytes"),
+                    limits.memory.to_string(),
+                );
+                let pid = run.make(pids, &name)?;
+                fs::write(pid.join("pids.max"), limits.pids.to_string())?;
+                if let Some(cpu) = cpuacct {
+                    run.make(cpu, &name)?;
+                }
+            }
+        }
+        Ok(run)
+    }
+
+    fn make(&mut self, base: &Path, name: &str) -> io::Result<PathBuf> {
+        let dir = base.join(name);
+        fs::create_dir(&dir)?;
+        self.dirs.push(dir.clone());
+        Ok(dir)
+    }
+
+    /// The `cgroup.procs` files the helper writes itself into.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// Reads the counters.
+    pub fn stats(&self) -> Stats {
+        let read = |dir: &Path, file: &str| fs::read_to_string(dir.join(file)).unwrap_or_default();
+        let field = |text: &str, key: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let mut stats = Stats::default();
+        for dir in &self.dirs {
+            if self.version2 {
+                stats.peak_memory = read(dir, "memory.peak").trim().parse().unwrap_or(0);
+                stats.oom_kills = field(&read(dir, "memory.events"), "oom_kill ");
+                stats.pids_refused = field(&read(dir, "pids.events"), "max ");
+                stats.cpu_us = Some(field(&read(dir, "cpu.stat"), "usage_usec "));
+            } else if dir.join("memory.max_usage_in_bytes").exists() {
+                stats.peak_memory = read(dir, "memory.max_usage_in_bytes")
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
+                stats.oom_kills = field(&read(dir, "memory.oom_control"), "oom_kill ");
+            } else if dir.join("pids.max").exists() {
+                stats.pids_refused = field(&read(dir, "pids.events"), "max ");
+            } else if dir.join("cpuacct.usage").exists() {
+                stats.cpu_us = read(dir, "cpuacct.usage")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .map(|ns| ns / 1000);
+            }
+        }
+        stats
+    }
+
+    /// Pids still inside (should be none once the helper is reaped).
+    pub fn live_pids(&self) -> Vec<libc::pid_t> {
+        let mut pids: Vec<libc::pid_t> = self
+            .dirs
+            .iter()
+            .flat_map(|d| {
+                fs::read_to_string(d.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Kills every process still inside.
+    pub fn kill_all(&self) {
+        for _ in 0..50 {
+            if self.version2 {
+                if let Some(dir) = self.dirs.first() {
+                    let _ = fs::write(dir.join("cgroup.kill"), "1");
+                }
+            }
+            let pids = self.live_pids();
+            if pids.is_empty() {
+                return;
+            }
+            for pid in pids {
+                let _ = crate::sys::kill(pid, libc::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for RunCgroup {
+    fn drop(&mut self) {
+        self.kill_all();
+        for dir in self.dirs.iter().rev() {
+            for attempt in 0..100 {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) if attempt < 99 => std::thread::sleep(Duration::from_millis(1)),
+                    Err(e) => {
+                        tracing::warn!(dir = %dir.display(), error = %e, "could not remove run cgroup")
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1_MOUNTINFO: &str = "\
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+22 1 0:21 / /proc rw - proc proc rw";
+
+    #[test]
+    fn v1_layout_nests_under_own_cgroup() {
+        let mounts = parse_mountinfo(V1_MOUNTINFO);
+        let membership = parse_proc_cgroup("8:pids:/\n4:memory:/session/abc\n2:cpuacct:/\n0::/\n");
+        let layout = choose_layout(&mounts, &membership, Some("")).expect("layout");
+        assert_eq!(
+            layout,
+            Layout::V1 {
+                memory: "/sys/fs/cgroup/memory/session/abc/strata".into(),
+                pids: "/sys/fs/cgroup/pids/strata".into(),
+                cpuacct: Some("/sys/fs/cgroup/cpuacct/strata".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn v2_is_preferred_when_it_has_the_controllers() {
+        let mounts =
+            parse_mountinfo("30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate");
+        let membership = parse_proc_cgroup("0::/user.slice/session-1.scope\n");
+        let layout =
+            choose_layout(&mounts, &membership, Some("cpuset cpu io memory pids")).expect("layout");
+        assert_eq!(
+            layout,
+            Layout::V2 {
+                base: "/sys/fs/cgroup/user.slice/session-1.scope/strata".into()
+            }
+        );
+        assert_eq!(choose_layout(&mounts, &membership, Some("cpu io")), None);
+    }
+}

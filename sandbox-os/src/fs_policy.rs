@@ -1,0 +1,231 @@
+//! Landlock rules of the process sandbox: which paths of the new root get which rights.
+//!
+//! The mount namespace already decides what exists; landlock is the second, independent
+//! wall: even a tool that escaped the mount namespace could only use these paths, with
+//! these rights. Rules are built by a pure function ([`rules`]) and enforced by [`enforce`].
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    make_bitflags, Access, AccessFs, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+
+use crate::protocol::Spec;
+
+/// The landlock ABI whose rights Strata asks for. Newer kernels enforce all of them;
+/// older ones enforce a subset and the receipt says "partially enforced".
+pub const TARGET_ABI: ABI = ABI::V6;
+
+/// Rights granted on a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// Read files, list directories, execute.
+    ReadExec,
+    /// Read files and list directories only (`/proc`, synthesized `/etc` files).
+    Read,
+    /// List directories only (the root tmpfs, so `ls /` works; it holds no file data).
+    List,
+    /// Read and write device files (`/dev/null`, ...).
+    Device,
+    /// Full access beneath, without execute (scratch `/tmp`, workdir, `/dev/shm`).
+    ReadWrite,
+    /// Full access beneath, including execute (read-write mounts).
+    ReadWriteExec,
+}
+
+impl Grant {
+    fn access(self) -> BitFlags<AccessFs> {
+        let read = make_bitflags!(AccessFs::{ReadFile | ReadDir});
+        let write = make_bitflags!(AccessFs::{
+            WriteFile | RemoveDir | RemoveFile | MakeDir | MakeReg | MakeSock | MakeFifo | MakeSym | Refer | Truncate
+        });
+        match self {
+            Grant::ReadExec => read | AccessFs::Execute,
+            Grant::Read => read,
+            Grant::List => make_bitflags!(AccessFs::{ReadDir}),
+            Grant::Device => make_bitflags!(AccessFs::{ReadFile | WriteFile}),
+            Grant::ReadWrite => read | write,
+            Grant::ReadWriteExec => read | write | AccessFs::Execute,
+        }
+    }
+}
+
+/// One landlock rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Path inside the new root.
+    pub path: PathBuf,
+    /// Rights beneath it.
+    pub grant: Grant,
+}
+
+/// Device files every sandbox gets.
+pub const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+/// The rules implied by a spec. Pure: no file is opened.
+pub fn rules(spec: &Spec) -> Vec<Rule> {
+    let mut rules = vec![
+        Rule {
+            path: "/".into(),
+            grant: Grant::List,
+        },
+        Rule {
+            path: "/proc".into(),
+            grant: Grant::Read,
+        },
+        Rule {
+            path: "/tmp".into(),
+            grant: Grant::ReadWrite,
+        },
+        Rule {
+            path: "/dev/shm".into(),
+            grant: Grant::ReadWrite,
+        },
+    ];
+    for dev in DEVICES {
+        rules.push(Rule {
+            path: Path::new("/dev").join(dev),
+            grant: Grant::Device,
+        });
+    }
+    if spec.workdir_is_scratch {
+        rules.push(Rule {
+            path: spec.workdir.clone(),
+            grant: Grant::ReadWrite,
+        });
+    }
+    for file in &spec.files {
+        rules.push(Rule {
+            path: file.path.clone(),
+            grant: Grant::Read,
+        });
+    }
+    for mount in &spec.mounts {
+        let grant = match (mount.writable, mount.exec) {
+            (true, true) => Grant::ReadWriteExec,
+            (true, false) => Grant::ReadWrite,
+            (false, true) => Grant::ReadExec,
+            (false, false) => Grant::Read,
+        };
+        rules.push(Rule {
+            path: mount.target.clone(),
+            grant,
+        });
+    }
+    rules
+}
+
+/// What [`enforce`] achieved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// Kernel ABI (0 = no landlock).
+    pub abi: i32,
+    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
+    pub status: &'static str,
+    /// Signal and abstract-socket scoping in force.
+    pub scoped: bool,
+}
+
+/// Restricts the calling thread (and its future children) to `rules`. Also sets
+/// `no_new_privs`.
+pub fn enforce(rules: &[Rule], kernel_abi: i32) -> Result<Status, landlock::RulesetError> {
+    let file_access = AccessFs::from_file(TARGET_ABI);
+    let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(TARGET_ABI))?;
+    let scoped = kernel_abi >= 6;
+    if scoped {
+        ruleset = ruleset.scope(Scope::from_all(TARGET_ABI))?;
+    }
+    let mut created = ruleset.create()?;
+    for rule in rules {
+        let Ok(fd) = PathFd::new(&rule.path) else {
+            // The path does not exist in this sandbox (e.g. /dev/shm without scratch);
+            // no rule means no access, which is the safe direction.
+            continue;
+        };
+        let mut access = rule.grant.access();
+        if !rule.path.is_dir() {
+            access &= file_access;
+        }
+        created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    let status = created.restrict_self()?;
+    Ok(Status {
+        abi: kernel_abi,
+        status: match status.ruleset {
+            RulesetStatus::FullyEnforced => "fully_enforced",
+            RulesetStatus::PartiallyEnforced => "partially_enforced",
+            RulesetStatus::NotEnforced => "not_enforced",
+        },
+        scoped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{MountSpec, NetMode};
+
+    fn spec() -> Spec {
+        Spec {
+            program: "true".into(),
+            argv: vec!["true".into()],
+            env: vec![],
+            workdir: "/tmp".into(),
+            workdir_is_scratch: false,
+            links: vec![],
+            mounts: vec![
+                MountSpec {
+                    source: "/usr".into(),
+                    target: "/usr".into(),
+                    writable: false,
+                    is_dir: true,
+                    exec: true,
+                },
+                MountSpec {
+                    source: "/home/u/out".into(),
+                    target: "/out".into(),
+                    writable: true,
+                    is_dir: true,
+                    exec: true,
+                },
+            ],
+            files: vec![],
+            scratch_bytes: 1 << 20,
+            scratch_inodes: 100,
+            net: NetMode::Isolated,
+            uid: 1000,
+            gid: 1000,
+            rlimits: vec![],
+            timeout_ms: 1000,
+            require_landlock: true,
+            cgroup_procs: vec![],
+        }
+    }
+
+    #[test]
+    fn read_only_mounts_get_no_write_rights_and_scratch_no_exec() {
+        let rules = rules(&spec());
+        let grant_of = |p: &str| {
+            rules
+                .iter()
+                .find(|r| r.path == Path::new(p))
+                .map(|r| r.grant)
+        };
+        assert_eq!(grant_of("/usr"), Some(Grant::ReadExec));
+        assert_eq!(grant_of("/out"), Some(Grant::ReadWriteExec));
+        assert_eq!(grant_of("/tmp"), Some(Grant::ReadWrite));
+        assert_eq!(grant_of("/proc"), Some(Grant::Read));
+        assert_eq!(
+            grant_of("/"),
+            Some(Grant::List),
+            "the root can be listed, nothing more"
+        );
+        assert_eq!(Grant::List.access(), make_bitflags!(AccessFs::{ReadDir}));
+        assert!(!Grant::ReadExec.access().contains(AccessFs::WriteFile));
+        assert!(!Grant::ReadExec.access().contains(AccessFs::Truncate));
+        assert!(!Grant::ReadWrite.access().contains(AccessFs::Execute));
+        assert!(!Grant::ReadWriteExec.access().contains(AccessFs::MakeChar));
+        assert!(!Grant::Read.access().contains(AccessFs::Execute));
+    }
+}

@@ -1,0 +1,524 @@
+//! The `strata-helper` binary's logic: builds the sandbox and supervises the tool.
+//!
+//! Three processes, so the embedding process never forks:
+//! - **supervisor** (spawned by the host with `posix_spawn`): reads the [`Spec`], creates
+//!   the namespaces, forks the init, enforces the deadline, relays events, and kills
+//!   everything when the host asks or disappears (its control socket closes).
+//! - **init** (pid 1 of the new pid namespace): builds the root filesystem, drops every
+//!   privilege, installs landlock and seccomp, forks the tool, reaps orphans, and exits
+//!   when the tool's main process exits, which makes the kernel kill every process left
+//!   in the namespace.
+//! - **tool**: sets rlimits and executes the program.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::fs_policy;
+use crate::protocol::{self, Enforced, Event, FrameBuffer, HostMessage, NetMode, Rlimit, Spec};
+use crate::rootfs;
+use crate::seccomp;
+use crate::sys;
+
+/// The fd on which the helper receives its control socket.
+pub const CONTROL_FD: RawFd = 3;
+
+/// Entry point of the `strata-helper` binary. Never returns.
+pub fn main() -> ! {
+    let args: Vec<String> = std::env::args().collect();
+    let code = match args.get(1).map(String::as_str) {
+        Some("run") => supervise(),
+        Some("probe") => crate::probe::helper_probe(),
+        _ => {
+            eprintln!("strata-helper is started by the strata library; it is not a command to run by hand");
+            2
+        }
+    };
+    sys::exit_now(code)
+}
+
+fn send(control: &UnixStream, event: &Event) {
+    let mut buf = Vec::new();
+    if protocol::write_frame(&mut buf, event).is_ok() {
+        let _ = sys::send_all(control.as_raw_fd(), &buf);
+    }
+}
+
+fn setup_failed(stage: impl Into<String>, err: &io::Error, unenforceable: Option<&str>) -> Event {
+    Event::SetupFailed {
+        stage: stage.into(),
+        errno: err.raw_os_error().unwrap_or(0),
+        message: err.to_string(),
+        unenforceable: unenforceable.map(str::to_string),
+    }
+}
+
+fn supervise() -> i32 {
+    // Nothing of the embedder's fd table survives: only stdio and the control socket.
+    if sys::close_fds_from(CONTROL_FD + 1).is_err() {
+        return 3;
+    }
+    // SAFETY: the host dup2'ed the control socket onto fd 3 for us and nothing else owns it.
+    let control = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
+    if sys::set_cloexec(CONTROL_FD).is_err() {
+        return 3;
+    }
+    let spec: Spec = match protocol::read_frame(&control) {
+        Ok(Some(spec)) => spec,
+        _ => return 4,
+    };
+    sys::ignore_signal(libc::SIGPIPE);
+    let host_ids = sys::ids();
+    match prepare_namespaces(&spec, host_ids) {
+        Ok(()) => {}
+        Err(event) => {
+            send(&control, &event);
+            return 0;
+        }
+    }
+    let (status_r, status_w) = match sys::pipe() {
+        Ok(p) => p,
+        Err(e) => {
+            send(&control, &setup_failed("status pipe", &e, None));
+            return 0;
+        }
+    };
+    let start = Instant::now();
+    let init = match sys::fork() {
+        Ok(sys::Fork::Child) => {
+            drop(status_r);
+            drop(control);
+            init_main(&spec, status_w)
+        }
+        Ok(sys::Fork::Parent(pid)) => pid,
+        Err(e) => {
+            send(&control, &setup_failed("fork init", &e, None));
+            return 0;
+        }
+    };
+    drop(status_w);
+    supervise_init(&spec, &control, status_r, init, start);
+    0
+}
+
+/// Creates the namespaces in the supervisor, so the init forked next is pid 1 of a new pid
+/// namespace and the supervisor keeps watching from outside it.
+fn prepare_namespaces(spec: &Spec, (host_uid, host_gid): (u32, u32)) -> Result<(), Event> {
+    if sys::ids().0 == 0 {
+        // Root: drop supplementary groups before they are frozen by setgroups=deny.
+        sys::clear_groups().map_err(|e| setup_failed("drop supplementary groups", &e, None))?;
+    }
+    for procs in &spec.cgroup_procs {
+        std::fs::write(procs, "0").map_err(|e| {
+            setup_failed(
+                format!("join cgroup {}", procs.display()),
+                &e,
+                Some("resources: cgroup"),
+            )
+        })?;
+    }
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    if spec.net == NetMode::Isolated {
+        flags |= libc::CLONE_NEWNET;
+    }
+    sys::unshare(flags).map_err(|e| {
+        setup_failed(
+            "create namespaces",
+            &e,
+            Some("isolation: user, mount, pid, ipc, uts and network namespaces"),
+        )
+    })?;
+    let (uid, gid) = (spec.uid, spec.gid);
+    std::fs::write("/proc/self/setgroups", "deny")
+        .map_err(|e| setup_failed("write setgroups", &e, None))?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {host_uid} 1\n")).map_err(|e| {
+        setup_failed(
+            "write uid_map",
+            &e,
+            Some("isolation: user namespace uid map"),
+        )
+    })?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {host_gid} 1\n")).map_err(|e| {
+        setup_failed(
+            "write gid_map",
+            &e,
+            Some("isolation: user namespace gid map"),
+        )
+    })?;
+    sys::set_hostname("strata").map_err(|e| setup_failed("set hostname", &e, None))?;
+    if spec.net == NetMode::Isolated {
+        sys::loopback_up().map_err(|e| setup_failed("bring up loopback", &e, None))?;
+    }
+    Ok(())
+}
+
+fn supervise_init(
+    spec: &Spec,
+    control: &UnixStream,
+    status_r: OwnedFd,
+    init: libc::pid_t,
+    start: Instant,
+) {
+    let deadline = start + Duration::from_millis(spec.timeout_ms);
+    let pidfd = sys::pidfd_open(init).ok();
+    let mut from_init = FrameBuffer::default();
+    let mut from_host = FrameBuffer::default();
+    let mut killed: Option<String> = None;
+    let mut final_event: Option<Event> = None;
+    let mut status_open = true;
+    let mut host_open = true;
+    let mut buf = vec![0u8; 64 * 1024];
+    let kill_init = |killed: &mut Option<String>, reason: &str| {
+        if killed.is_none() {
+            *killed = Some(reason.to_string());
+        }
+        let _ = sys::kill(init, libc::SIGKILL);
+    };
+    loop {
+        let now = Instant::now();
+        let timeout_ms = if killed.is_some() {
+            -1
+        } else if now >= deadline {
+            0
+        } else {
+            i32::try_from((deadline - now).as_millis())
+                .unwrap_or(i32::MAX)
+                .max(1)
+        };
+        let mut fds = vec![
+            libc::pollfd {
+                fd: if host_open { control.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if status_open {
+                    status_r.as_raw_fd()
+                } else {
+                    -1
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: pidfd.as_ref().map_or(-1, |p| p.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        if sys::poll(&mut fds, timeout_ms).is_err() {
+            kill_init(&mut killed, "internal");
+        }
+        if killed.is_none() && Instant::now() >= deadline {
+            kill_init(&mut killed, "wall");
+        }
+        if fds[0].revents != 0 {
+            match sys::read(control.as_raw_fd(), &mut buf) {
+                Ok(0) | Err(_) => {
+                    // The embedder is gone: nothing may outlive it.
+                    host_open = false;
+                    kill_init(&mut killed, "host_gone");
+                }
+                Ok(n) => {
+                    from_host.push(&buf[..n]);
+                    while let Ok(Some(HostMessage::Kill { reason })) =
+                        from_host.next_frame::<HostMessage>()
+                    {
+                        kill_init(&mut killed, &reason);
+                    }
+                }
+            }
+        }
+        if fds[1].revents != 0 {
+            match sys::read(status_r.as_raw_fd(), &mut buf) {
+                Ok(0) | Err(_) => status_open = false,
+                Ok(n) => {
+                    from_init.push(&buf[..n]);
+                    while let Ok(Some(event)) = from_init.next_frame::<Event>() {
+                        match event {
+                            Event::Exited { .. } => final_event = Some(event),
+                            other => send(control, &other),
+                        }
+                    }
+                }
+            }
+        }
+        let init_gone = match &pidfd {
+            Some(_) => fds[2].revents != 0,
+            None => matches!(sys::wait4(init, libc::WNOHANG | libc::__WALL), Ok(Some(_))),
+        };
+        if init_gone && !status_open {
+            break;
+        }
+        if init_gone && status_open && fds[1].revents == 0 {
+            // Drain what init wrote before exiting; its end is closed now.
+            continue;
+        }
+    }
+    let _ = sys::wait4(init, libc::__WALL);
+    let usage = sys::children_usage();
+    let event = match final_event {
+        Some(Event::Exited {
+            wait_status,
+            user_cpu_us,
+            system_cpu_us,
+            max_rss_bytes,
+            scratch_full,
+            ..
+        }) => Event::Exited {
+            wait_status,
+            killed,
+            user_cpu_us: user_cpu_us.max(usage.user_us),
+            system_cpu_us: system_cpu_us.max(usage.system_us),
+            max_rss_bytes,
+            scratch_full,
+        },
+        _ => Event::Exited {
+            wait_status: None,
+            killed: killed.or_else(|| Some("init_died".into())),
+            user_cpu_us: usage.user_us,
+            system_cpu_us: usage.system_us,
+            max_rss_bytes: usage.max_rss,
+            scratch_full: false,
+        },
+    };
+    send(control, &event);
+}
+
+/// Writes an event on init's status pipe.
+fn report(status: &OwnedFd, event: &Event) {
+    let mut buf = Vec::new();
+    if protocol::write_frame(&mut buf, event).is_ok() {
+        let mut rest = &buf[..];
+        while !rest.is_empty() {
+            match sys::write(status.as_raw_fd(), rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+fn init_main(spec: &Spec, status: OwnedFd) -> ! {
+    let code = match init_run(spec, &status) {
+        Ok(()) => 0,
+        Err(event) => {
+            report(&status, &event);
+            0
+        }
+    };
+    sys::exit_now(code)
+}
+
+fn init_run(spec: &Spec, status: &OwnedFd) -> Result<(), Event> {
+    // If the supervisor dies (host SIGKILLed it), init dies, and with it the namespace.
+    sys::set_parent_death_signal(libc::SIGKILL)
+        .map_err(|e| setup_failed("parent death signal", &e, None))?;
+    // The tool shares our uid; non-dumpable keeps /proc/1/{mem,exe,environ} out of its reach.
+    sys::set_not_dumpable().map_err(|e| setup_failed("set non-dumpable", &e, None))?;
+    // New files get exactly the modes setup asks for.
+    sys::umask(0);
+
+    let built = rootfs::build(spec).map_err(|e| Event::SetupFailed {
+        stage: e.stage,
+        errno: e.source.raw_os_error().unwrap_or(0),
+        message: e.source.to_string(),
+        unenforceable: None,
+    })?;
+
+    sys::drop_all_capabilities()
+        .map_err(|e| setup_failed("drop capabilities", &e, Some("privileges: capability drop")))?;
+    sys::set_no_new_privs()
+        .map_err(|e| setup_failed("no_new_privs", &e, Some("privileges: no_new_privs")))?;
+
+    let abi = sys::landlock_abi();
+    let rules = fs_policy::rules(spec);
+    let landlock = match fs_policy::enforce(&rules, abi) {
+        Ok(status) => status,
+        Err(e) => {
+            return Err(Event::SetupFailed {
+                stage: "landlock".into(),
+                errno: 0,
+                message: e.to_string(),
+                unenforceable: Some("fs: landlock".into()),
+            })
+        }
+    };
+    if spec.require_landlock && landlock.status == "not_enforced" {
+        return Err(Event::SetupFailed {
+            stage: "landlock".into(),
+            errno: libc::ENOSYS,
+            message: format!("landlock is not enforced by this kernel (ABI {abi})"),
+            unenforceable: Some("fs: landlock".into()),
+        });
+    }
+
+    let filters = seccomp::build().map_err(|e| Event::SetupFailed {
+        stage: "seccomp build".into(),
+        errno: 0,
+        message: e.to_string(),
+        unenforceable: Some("syscalls: seccomp".into()),
+    })?;
+    seccomp::install(&filters).map_err(|e| Event::SetupFailed {
+        stage: "seccomp install".into(),
+        errno: 0,
+        message: e.to_string(),
+        unenforceable: Some("syscalls: seccomp".into()),
+    })?;
+
+    let enforced = Enforced {
+        namespaces: namespaces(spec),
+        landlock_abi: landlock.abi,
+        landlock_status: landlock.status.to_string(),
+        landlock_scoped: landlock.scoped,
+        seccomp_allowed: seccomp::ALLOWED.len(),
+        seccomp_denied: seccomp::DENIED.len() + seccomp::DENIED_WHEN.len(),
+        no_new_privs: true,
+        caps_dropped: true,
+        fds_closed: true,
+        memfd_noexec: built.memfd_noexec,
+    };
+
+    let (exec_r, exec_w) = sys::pipe().map_err(|e| setup_failed("exec pipe", &e, None))?;
+    let tool = match sys::fork().map_err(|e| setup_failed("fork tool", &e, None))? {
+        sys::Fork::Child => {
+            drop(exec_r);
+            tool_main(spec, exec_w)
+        }
+        sys::Fork::Parent(pid) => pid,
+    };
+    drop(exec_w);
+    let mut exec_report = FrameBuffer::default();
+    let mut buf = [0u8; 4096];
+    loop {
+        match sys::read(exec_r.as_raw_fd(), &mut buf) {
+            Ok(0) => break,
+            Ok(n) => exec_report.push(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    drop(exec_r);
+    if let Ok(Some(event)) = exec_report.next_frame::<Event>() {
+        let _ = sys::wait4(tool, 0);
+        return Err(event);
+    }
+    report(status, &Event::Started { enforced });
+
+    // Reap everything; the run ends when the tool's main process exits.
+    let (wait_status, usage) = loop {
+        match sys::wait4(-1, libc::__WALL) {
+            Ok(Some((pid, status, usage))) if pid == tool => break (Some(status), usage),
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+                break (None, sys::Usage::default())
+            }
+            Err(_) => {}
+        }
+    };
+    let all = sys::children_usage();
+    let scratch_full = built
+        .scratch
+        .as_ref()
+        .and_then(|fd| sys::fs_free(fd.as_raw_fd()).ok())
+        .is_some_and(|(blocks_free, _, inodes_free)| blocks_free == 0 || inodes_free == 0);
+    report(
+        status,
+        &Event::Exited {
+            wait_status,
+            killed: None,
+            user_cpu_us: all.user_us,
+            system_cpu_us: all.system_us,
+            max_rss_bytes: usage.max_rss.max(all.max_rss),
+            scratch_full,
+        },
+    );
+    Ok(())
+}
+
+fn namespaces(spec: &Spec) -> Vec<String> {
+    let mut ns = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
+    if spec.net == NetMode::Isolated {
+        ns.push("net");
+    }
+    ns.into_iter().map(String::from).collect()
+}
+
+fn tool_main(spec: &Spec, exec_w: OwnedFd) -> ! {
+    let fail = |program: &str, err: io::Error| -> ! {
+        report(
+            &exec_w,
+            &Event::ExecFailed {
+                program: program.to_string(),
+                errno: err.raw_os_error().unwrap_or(libc::EINVAL),
+            },
+        );
+        sys::exit_now(127)
+    };
+    let _ = sys::setsid();
+    sys::reset_signals();
+    sys::umask(0o022);
+    for limit in &spec.rlimits {
+        let resource = match limit.resource {
+            Rlimit::Cpu => libc::RLIMIT_CPU,
+            Rlimit::Fsize => libc::RLIMIT_FSIZE,
+            Rlimit::Nofile => libc::RLIMIT_NOFILE,
+            Rlimit::As => libc::RLIMIT_AS,
+            Rlimit::Nproc => libc::RLIMIT_NPROC,
+            Rlimit::Core => libc::RLIMIT_CORE,
+        };
+        if let Err(e) = sys::setrlimit(resource, limit.soft, limit.hard) {
+            fail(&spec.program, e);
+        }
+    }
+    if let Err(e) = std::env::set_current_dir(&spec.workdir) {
+        fail(&format!("(workdir {})", spec.workdir.display()), e);
+    }
+    let path = match resolve_program(&spec.program, &spec.env) {
+        Ok(path) => path,
+        Err(e) => fail(&spec.program, e),
+    };
+    let to_c = |s: &str| CString::new(s).unwrap_or_default();
+    let argv: Vec<CString> = spec.argv.iter().map(|a| to_c(a)).collect();
+    let envp: Vec<CString> = spec.env.iter().map(|e| to_c(e)).collect();
+    let Ok(cpath) = sys::cstring(&path) else {
+        fail(&spec.program, io::Error::from_raw_os_error(libc::EINVAL))
+    };
+    // Every fd but stdio is close-on-exec (the exec-report pipe closes on success).
+    let err = sys::execve(&cpath, &argv, &envp);
+    fail(&spec.program, err)
+}
+
+/// Finds `program` like `execvp` does, but in the tool's `PATH`, not the helper's.
+fn resolve_program(program: &str, env: &[String]) -> io::Result<PathBuf> {
+    if program.contains('/') {
+        return Ok(PathBuf::from(program));
+    }
+    let path = env
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    let mut last = io::Error::from_raw_os_error(libc::ENOENT);
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let candidate = Path::new(dir).join(program);
+        let Ok(c) = sys::cstring(&candidate) else {
+            continue;
+        };
+        if sys::is_executable(&c) {
+            return Ok(candidate);
+        }
+        if candidate.exists() {
+            last = io::Error::from_raw_os_error(libc::EACCES);
+        }
+    }
+    Err(last)
+}

@@ -1,0 +1,630 @@
+//! The process backend: a Linux sandbox built by the `strata-helper` binary.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use sandbox_core::{
+    Backend, BackendKind, BackendReport, Capability, Caps, Error, ExitStatus, LimitKind, Receipt,
+    ResourceUsage, Result, RunContext, RunOutput, Strictness, Tool,
+};
+
+use crate::cgroup::{self, RunCgroup};
+use crate::plan::{self, Facts, RealHost};
+use crate::probe::HostProbe;
+use crate::protocol::{Enforced, Event, NetMode, Spec};
+use crate::supervise::{self, Outcome};
+
+/// File name of the helper binary.
+pub const HELPER_NAME: &str = "strata-helper";
+
+/// Finds the helper: `$STRATA_HELPER`, then next to the running executable, then one
+/// directory up when the executable is a cargo test binary in `target/*/deps`.
+pub fn find_helper() -> std::result::Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("STRATA_HELPER") {
+        let path = PathBuf::from(path);
+        return if is_executable_file(&path) {
+            Ok(path)
+        } else {
+            Err(format!(
+                "STRATA_HELPER={} is not an executable file",
+                path.display()
+            ))
+        };
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot locate the running executable: {e}"))?;
+    let mut candidates = Vec::new();
+    if let Some(dir) = exe.parent() {
+        candidates.push(dir.join(HELPER_NAME));
+        if dir.file_name().is_some_and(|n| n == "deps") {
+            if let Some(up) = dir.parent() {
+                candidates.push(up.join(HELPER_NAME));
+            }
+        }
+    }
+    candidates.into_iter().find(|c| is_executable_file(c)).ok_or_else(|| {
+        format!(
+            "{HELPER_NAME} not found next to {} (install it beside your program, set STRATA_HELPER, or pass its path to the builder)",
+            exe.display()
+        )
+    })
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The Linux process sandbox.
+///
+/// Each run spawns the helper binary (never forking the embedding process), which creates
+/// user, mount, pid, network, IPC, UTS and cgroup namespaces, pivots into a fresh root
+/// holding only the granted mounts, drops every capability, sets `no_new_privs`, installs
+/// landlock and a seccomp allowlist, and executes the tool under rlimits and a per-run
+/// cgroup. The run ends when the tool's main process exits; everything it started is
+/// killed with it.
+pub struct ProcessBackend {
+    helper: std::result::Result<PathBuf, String>,
+    probe: OnceLock<HostProbe>,
+}
+
+impl std::fmt::Debug for ProcessBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessBackend")
+            .field("helper", &self.helper)
+            .finish()
+    }
+}
+
+impl Default for ProcessBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProcessBackend {
+    /// A backend using the helper found by [`find_helper`]. A missing helper is reported
+    /// by `run` as [`Error::BackendUnavailable`], not here.
+    pub fn new() -> Self {
+        ProcessBackend {
+            helper: find_helper(),
+            probe: OnceLock::new(),
+        }
+    }
+
+    /// A backend using the helper at `path`.
+    pub fn with_helper(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        let helper = if is_executable_file(&path) {
+            Ok(path)
+        } else {
+            Err(format!(
+                "helper {} is not an executable file",
+                path.display()
+            ))
+        };
+        ProcessBackend {
+            helper,
+            probe: OnceLock::new(),
+        }
+    }
+
+    /// The helper binary in use.
+    pub fn helper(&self) -> Option<&Path> {
+        self.helper.as_deref().ok()
+    }
+
+    /// The host probe (computed once per backend).
+    pub fn host(&self) -> &HostProbe {
+        self.probe.get_or_init(|| HostProbe::run(self.helper()))
+    }
+
+    fn unavailable(&self) -> Option<Error> {
+        match &self.helper {
+            Err(reason) => Some(Error::unavailable(BackendKind::Process, reason.clone())),
+            Ok(_) => None,
+        }
+    }
+}
+
+/// Decisions taken before the run, from the caps and the host probe.
+struct Preflight {
+    facts: Facts,
+    gaps: Vec<(Capability, String)>,
+    require_landlock: bool,
+}
+
+fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
+    let strict = strictness == Strictness::Strict;
+    let mut gaps = Vec::new();
+    if let Err(reason) = &host.namespaces {
+        return Err(Error::unenforceable(
+            "isolation: namespaces",
+            reason.clone(),
+        ));
+    }
+    if !host.seccomp {
+        return Err(Error::unenforceable(
+            "syscalls: seccomp",
+            "seccomp filters are not available",
+        ));
+    }
+    if host.landlock_abi == 0 {
+        let reason = "landlock is not available in this kernel; only the mount namespace would restrict files";
+        if strict {
+            return Err(Error::unenforceable("fs: landlock", reason));
+        }
+        gaps.push((Capability::Fs, reason.to_string()));
+    }
+    let cgroups = host.cgroup.is_ok();
+    if !cgroups && host.ids.0 == 0 {
+        let reason = format!(
+            "no writable cgroup ({}) and RLIMIT_NPROC does not bind uid 0",
+            host.cgroup.as_ref().err().map_or("", String::as_str)
+        );
+        if strict {
+            return Err(Error::unenforceable("pids: cgroup pids controller", reason));
+        }
+        gaps.push((Capability::Pids, reason));
+    }
+    Ok(Preflight {
+        facts: Facts {
+            uid: host.ids.0,
+            gid: host.ids.1,
+            memory_cgroup: cgroups,
+            pids_cgroup: cgroups,
+        },
+        gaps,
+        require_landlock: host.landlock_abi > 0,
+    })
+}
+
+impl Backend for ProcessBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Process
+    }
+
+    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+        // Validate before probing: bad input is an InvalidRequest on every host.
+        tool.validate()?;
+        caps.validate()?;
+        if let Some(err) = self.unavailable() {
+            return Err(err);
+        }
+        let helper = self
+            .helper()
+            .ok_or_else(|| Error::unavailable(BackendKind::Process, "no helper"))?;
+        let host = self.host();
+        let pre = preflight(host, ctx.strictness)?;
+        let mut spec = plan::plan(tool, caps, &pre.facts, &RealHost)?;
+        spec.require_landlock = pre.require_landlock;
+        let run_cgroup = match &host.cgroup {
+            Ok(layout) => Some(
+                RunCgroup::create(
+                    layout,
+                    cgroup::Limits {
+                        memory: caps.limits.memory.bytes(),
+                        pids: caps.limits.processes,
+                    },
+                )
+                .map_err(|e| Error::setup("create run cgroup", e))?,
+            ),
+            Err(_) => None,
+        };
+        if let Some(cg) = &run_cgroup {
+            spec.cgroup_procs = cg.procs_files();
+        }
+        let outcome = supervise::run(helper, &spec, &caps.stdin, caps.limits.output.bytes(), ctx)?;
+        let stats = run_cgroup.as_ref().map(|cg| {
+            cg.kill_all();
+            cg.stats()
+        });
+        drop(run_cgroup);
+        finish(outcome, &spec, caps, host, &pre, stats, ctx.strictness)
+    }
+
+    fn report(&self) -> BackendReport {
+        let helper_check = match &self.helper {
+            Ok(path) => sandbox_core::Check::new("helper", true, path.display().to_string()),
+            Err(reason) => sandbox_core::Check::new("helper", false, reason.clone()),
+        };
+        let host = self.host();
+        let mut checks = vec![helper_check];
+        checks.extend(host.checks());
+        let reason = match (&self.helper, preflight(host, Strictness::Strict)) {
+            (Err(reason), _) => Some(reason.clone()),
+            (Ok(_), Err(e)) => Some(e.to_string()),
+            (Ok(_), Ok(_)) => None,
+        };
+        BackendReport {
+            backend: BackendKind::Process,
+            available: reason.is_none(),
+            reason,
+            checks,
+        }
+    }
+}
+
+fn os_error(errno: i32, message: &str) -> io::Error {
+    if errno > 0 {
+        io::Error::from_raw_os_error(errno)
+    } else {
+        io::Error::other(message.to_string())
+    }
+}
+
+fn finish(
+    outcome: Outcome,
+    spec: &Spec,
+    caps: &Caps,
+    host: &HostProbe,
+    pre: &Preflight,
+    stats: Option<cgroup::Stats>,
+    strictness: Strictness,
+) -> Result<RunOutput> {
+    let mut enforced: Option<Enforced> = None;
+    let mut exited = None;
+    for event in outcome.events {
+        match event {
+            Event::SetupFailed {
+                stage,
+                errno,
+                message,
+                unenforceable,
+            } => {
+                return Err(match unenforceable {
+                    Some(guarantee) => {
+                        Error::unenforceable(guarantee, format!("{stage}: {message}"))
+                    }
+                    None => Error::setup(stage, os_error(errno, &message)),
+                })
+            }
+            Event::ExecFailed { program, errno } => {
+                return Err(Error::Exec {
+                    program,
+                    source: io::Error::from_raw_os_error(errno),
+                })
+            }
+            Event::Started { enforced: e } => enforced = Some(e),
+            exit @ Event::Exited { .. } => exited = Some(exit),
+        }
+    }
+    if outcome.cancelled {
+        return Err(Error::Cancelled);
+    }
+    let Some(enforced) = enforced else {
+        return Err(Error::Internal {
+            message: "the helper ended before starting the tool".into(),
+            source: None,
+        });
+    };
+    let stats = stats.unwrap_or_default();
+    let (wait_status, killed, user_us, system_us, max_rss, scratch_full) = match exited {
+        Some(Event::Exited {
+            wait_status,
+            killed,
+            user_cpu_us,
+            system_cpu_us,
+            max_rss_bytes,
+            scratch_full,
+        }) => (
+            wait_status,
+            killed,
+            user_cpu_us,
+            system_cpu_us,
+            max_rss_bytes,
+            scratch_full,
+        ),
+        _ if outcome.backstop_killed => (None, Some("wall".to_string()), 0, 0, 0, false),
+        _ => {
+            return Err(Error::Internal {
+                message: "the helper ended without reporting how the tool exited".into(),
+                source: None,
+            })
+        }
+    };
+    let (code, signal) = match wait_status {
+        Some(s) if libc::WIFEXITED(s) => (Some(libc::WEXITSTATUS(s)), None),
+        Some(s) if libc::WIFSIGNALED(s) => (None, Some(libc::WTERMSIG(s))),
+        _ => (None, Some(libc::SIGKILL)),
+    };
+    let cpu_used_us = stats.cpu_us.unwrap_or(user_us + system_us);
+    let cpu_limit_us = u64::try_from(caps.limits.cpu_time.as_micros()).unwrap_or(u64::MAX);
+    let failed = code != Some(0);
+    let limit = match killed.as_deref() {
+        Some("wall") => Some(LimitKind::Wall),
+        Some("output") => Some(LimitKind::Output),
+        Some(other) if other != "cancelled" => {
+            return Err(Error::Internal {
+                message: format!("the sandbox was killed unexpectedly ({other})"),
+                source: None,
+            })
+        }
+        _ => None,
+    }
+    .or_else(|| {
+        if stats.oom_kills > 0 {
+            Some(LimitKind::Memory)
+        } else if signal == Some(libc::SIGXCPU)
+            || (signal == Some(libc::SIGKILL) && cpu_used_us >= cpu_limit_us)
+        {
+            Some(LimitKind::Cpu)
+        } else if signal == Some(libc::SIGXFSZ) {
+            Some(LimitKind::FileSize)
+        } else if failed && stats.pids_refused > 0 {
+            Some(LimitKind::Pids)
+        } else if failed && scratch_full {
+            Some(LimitKind::Disk)
+        } else {
+            None
+        }
+    });
+    let status = match (limit, code, signal) {
+        (Some(limit), _, signal) => ExitStatus::Limit { limit, signal },
+        (None, Some(code), _) => ExitStatus::Exited { code },
+        (None, None, Some(signal)) => ExitStatus::Signaled { signal },
+        (None, None, None) => ExitStatus::Signaled {
+            signal: libc::SIGKILL,
+        },
+    };
+
+    let mut receipt = receipt(spec, caps, host, &enforced, strictness);
+    for (capability, reason) in &pre.gaps {
+        receipt.gap(*capability, reason.clone());
+    }
+    let limits = &caps.limits;
+    if outcome.stdout_truncated {
+        receipt.deny(
+            Capability::Output,
+            format!("stdout cut at {}", limits.output),
+        );
+    }
+    if outcome.stderr_truncated {
+        receipt.deny(
+            Capability::Output,
+            format!("stderr cut at {}", limits.output),
+        );
+    }
+    if stats.oom_kills > 0 {
+        receipt.deny(
+            Capability::Memory,
+            format!(
+                "{} process(es) killed at the {} memory limit",
+                stats.oom_kills, limits.memory
+            ),
+        );
+    }
+    if stats.pids_refused > 0 {
+        receipt.deny(
+            Capability::Pids,
+            format!(
+                "{} fork(s) refused at the {} process limit",
+                stats.pids_refused, limits.processes
+            ),
+        );
+    }
+    if scratch_full {
+        receipt.deny(
+            Capability::Disk,
+            format!("scratch space full at {}", limits.disk),
+        );
+    }
+    match limit {
+        Some(LimitKind::Wall) => receipt.deny(
+            Capability::Wall,
+            format!("killed after {:?}", limits.timeout),
+        ),
+        Some(LimitKind::Cpu) => receipt.deny(
+            Capability::Cpu,
+            format!("killed after {:?} of CPU", limits.cpu_time),
+        ),
+        Some(LimitKind::FileSize) => receipt.deny(
+            Capability::FileSize,
+            format!("a file reached {}", limits.file_size),
+        ),
+        _ => {}
+    }
+
+    let (stdout, stderr) = (outcome.stdout, outcome.stderr);
+    Ok(RunOutput {
+        status,
+        stdout,
+        stderr,
+        stdout_truncated: outcome.stdout_truncated,
+        stderr_truncated: outcome.stderr_truncated,
+        duration: outcome.duration,
+        usage: ResourceUsage {
+            user_cpu_us: user_us,
+            system_cpu_us: system_us,
+            peak_memory_bytes: if stats.peak_memory > 0 {
+                stats.peak_memory
+            } else {
+                max_rss
+            },
+        },
+        receipt,
+    })
+}
+
+fn receipt(
+    spec: &Spec,
+    caps: &Caps,
+    host: &HostProbe,
+    enforced: &Enforced,
+    strictness: Strictness,
+) -> Receipt {
+    let mut r = Receipt::new(BackendKind::Process, strictness);
+    let list = |writable: bool| {
+        spec.mounts
+            .iter()
+            .filter(|m| m.writable == writable)
+            .map(|m| {
+                if m.source == m.target {
+                    m.target.display().to_string()
+                } else {
+                    format!("{}={}", m.target.display(), m.source.display())
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let ro = list(false);
+    let rw = list(true);
+    r.enforce(
+        Capability::Fs,
+        "mount namespace + pivot_root",
+        format!(
+            "ro: {}; rw: {}; private /tmp, /dev (null, zero, full, random, urandom), /proc",
+            if ro.is_empty() { "none" } else { &ro },
+            if rw.is_empty() { "none" } else { &rw }
+        ),
+    );
+    if enforced.landlock_abi > 0 {
+        r.enforce(
+            Capability::Fs,
+            format!("landlock ABI {}", enforced.landlock_abi),
+            enforced.landlock_status.replace('_', " "),
+        );
+    }
+    r.enforce(
+        Capability::Fs,
+        "recursive read-only, nosuid, nodev bind mounts",
+        "read-only grants cannot be written, truncated, chmodded, renamed or linked",
+    );
+    if enforced.memfd_noexec {
+        r.enforce(
+            Capability::Fs,
+            "vm.memfd_noexec=2",
+            "fileless exec from memfd refused",
+        );
+    }
+    match spec.net {
+        NetMode::Isolated => r.enforce(Capability::Net, "empty network namespace", "loopback only"),
+        NetMode::Host => r.gap(
+            Capability::Net,
+            "host network shared (net: host, unrestricted by request)",
+        ),
+    }
+    let keys: Vec<&str> = spec
+        .env
+        .iter()
+        .filter_map(|e| e.split('=').next())
+        .collect();
+    r.enforce(
+        Capability::Env,
+        "explicit environment",
+        format!("host environment not inherited; set: {}", keys.join(",")),
+    );
+    let mut processes = "pid namespace".to_string();
+    if enforced.landlock_scoped {
+        processes.push_str(" + landlock signal scope");
+    }
+    r.enforce(
+        Capability::Processes,
+        processes,
+        "host processes invisible and unsignalable; ptrace denied",
+    );
+    r.enforce(
+        Capability::Ipc,
+        "ipc namespace",
+        "private SysV IPC and POSIX queues",
+    );
+    if enforced.landlock_scoped {
+        r.enforce(
+            Capability::Ipc,
+            "landlock abstract-socket scope",
+            "host abstract unix sockets unreachable",
+        );
+    }
+    r.enforce(Capability::Uts, "uts namespace", "hostname strata");
+    r.enforce(
+        Capability::Syscalls,
+        "seccomp-bpf",
+        format!(
+            "x86_64 only (other ABIs killed); {} allowed, {} denied with EPERM, others ENOSYS",
+            enforced.seccomp_allowed, enforced.seccomp_denied
+        ),
+    );
+    r.enforce(
+        Capability::Privileges,
+        "user namespace",
+        format!(
+            "uid {} gid {} mapped 1:1; all capabilities dropped; no_new_privs; securebits locked",
+            spec.uid, spec.gid
+        ),
+    );
+    r.enforce(
+        Capability::Fds,
+        "close_range",
+        "only stdin, stdout, stderr inherited",
+    );
+    r.enforce(
+        Capability::Lifetime,
+        "pid namespace init + parent-death signal",
+        "every process ends with the run, or when the embedding process dies",
+    );
+    let limits = &caps.limits;
+    match &host.cgroup {
+        Ok(layout) => {
+            r.enforce(
+                Capability::Memory,
+                format!("{} memory", layout.name()),
+                limits.memory.to_string(),
+            );
+            r.enforce(
+                Capability::Pids,
+                format!("{} pids", layout.name()),
+                limits.processes.to_string(),
+            );
+        }
+        Err(_) => {
+            r.enforce(
+                Capability::Memory,
+                "RLIMIT_AS (no writable cgroup)",
+                limits.memory.to_string(),
+            );
+            if spec.uid != 0 {
+                r.enforce(
+                    Capability::Pids,
+                    "RLIMIT_NPROC (no writable cgroup)",
+                    limits.processes.to_string(),
+                );
+            }
+        }
+    }
+    if let Some(a) = limits.address_space {
+        r.enforce(Capability::Memory, "RLIMIT_AS", a.to_string());
+    }
+    r.enforce(
+        Capability::Cpu,
+        "RLIMIT_CPU",
+        format!("{:?} per process", limits.cpu_time),
+    );
+    r.enforce(
+        Capability::Wall,
+        "helper deadline",
+        format!("{:?}; kills the whole pid namespace", limits.timeout),
+    );
+    r.enforce(
+        Capability::Output,
+        "host-side cap",
+        format!("{} per stream; the run is killed past it", limits.output),
+    );
+    r.enforce(
+        Capability::Disk,
+        "tmpfs size",
+        format!("{} shared by /tmp, /dev/shm and the workdir", limits.disk),
+    );
+    r.enforce(
+        Capability::FileSize,
+        "RLIMIT_FSIZE",
+        limits.file_size.to_string(),
+    );
+    r.enforce(
+        Capability::OpenFiles,
+        "RLIMIT_NOFILE",
+        limits.open_files.to_string(),
+    );
+    r
+}

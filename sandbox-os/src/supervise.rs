@@ -1,0 +1,316 @@
+//! Host side of a run: spawns the helper, feeds stdin, collects capped output, relays
+//! cancellation, and always reaps the helper (nothing is left behind, even on error).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandbox_core::{Error, Result, RunContext, Stream};
+
+use crate::protocol::{self, Event, FrameBuffer, HostMessage, Spec};
+use crate::sys;
+
+/// Extra time the host grants the helper past the deadline before killing it itself.
+const BACKSTOP: Duration = Duration::from_secs(10);
+
+/// Everything observed during one run.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Events from the helper, in order.
+    pub events: Vec<Event>,
+    /// Kept stdout.
+    pub stdout: Vec<u8>,
+    /// Kept stderr.
+    pub stderr: Vec<u8>,
+    /// stdout hit the output limit.
+    pub stdout_truncated: bool,
+    /// stderr hit the output limit.
+    pub stderr_truncated: bool,
+    /// The caller cancelled.
+    pub cancelled: bool,
+    /// The helper missed the deadline and the host killed it.
+    pub backstop_killed: bool,
+    /// Wall time of the whole run.
+    pub duration: Duration,
+}
+
+/// The helper process; killed and reaped on drop unless already reaped.
+struct Helper {
+    pid: libc::pid_t,
+    reaped: bool,
+}
+
+impl Helper {
+    fn reap(&mut self) {
+        if !self.reaped {
+            let _ = sys::wait4(self.pid, 0);
+            self.reaped = true;
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            self.reap();
+        }
+    }
+}
+
+struct OutputStream {
+    fd: OwnedFd,
+    open: bool,
+    kept: Vec<u8>,
+    truncated: bool,
+    which: Stream,
+}
+
+/// Runs the helper for `spec` and returns what happened.
+pub fn run(
+    helper: &Path,
+    spec: &Spec,
+    stdin: &[u8],
+    output_limit: u64,
+    ctx: &RunContext,
+) -> Result<Outcome> {
+    let internal = |what: &str| {
+        let what = what.to_string();
+        move |e: std::io::Error| Error::internal(what, e)
+    };
+    let start = Instant::now();
+    let (control, control_child) = UnixStream::pair().map_err(internal("control socket"))?;
+    let (out_r, out_w) = sys::pipe().map_err(internal("stdout pipe"))?;
+    let (err_r, err_w) = sys::pipe().map_err(internal("stderr pipe"))?;
+    let (in_r, in_w) = sys::pipe().map_err(internal("stdin pipe"))?;
+    let (wake_r, wake_w) = sys::pipe().map_err(internal("wake pipe"))?;
+
+    // Small stdin goes into the pipe buffer before the tool starts; the rest is streamed.
+    let mut stdin_rest: &[u8] = stdin;
+    sys::set_nonblocking(in_w.as_raw_fd()).map_err(internal("stdin pipe"))?;
+    let mut stdin_w = Some(in_w);
+    if !stdin.is_empty() {
+        if let Some(w) = &stdin_w {
+            let want = stdin.len().min(1 << 20) as libc::c_int;
+            let _ = sys::set_pipe_size(w.as_raw_fd(), want);
+            write_some(w, &mut stdin_rest);
+        }
+    }
+    if stdin_rest.is_empty() {
+        stdin_w = None; // EOF for the tool once it has read what is buffered
+    }
+
+    let pid = sys::spawn_with_fds(
+        helper,
+        &["strata-helper", "run"],
+        &[
+            in_r.as_raw_fd(),
+            out_w.as_raw_fd(),
+            err_w.as_raw_fd(),
+            control_child.as_raw_fd(),
+        ],
+    )
+    .map_err(|e| Error::internal(format!("spawn helper {}", helper.display()), e))?;
+    let mut child = Helper { pid, reaped: false };
+    drop((in_r, out_w, err_w, control_child));
+
+    let mut frame = Vec::new();
+    protocol::write_frame(&mut frame, spec).map_err(internal("encode spec"))?;
+    sys::send_all(control.as_raw_fd(), &frame).map_err(internal("send spec to helper"))?;
+
+    let wake_w = Arc::new(wake_w);
+    let waker = Arc::clone(&wake_w);
+    let _registration = ctx.cancel.on_cancel(move || {
+        let _ = sys::write(waker.as_raw_fd(), b"x");
+    });
+
+    for fd in [
+        out_r.as_raw_fd(),
+        err_r.as_raw_fd(),
+        control.as_raw_fd(),
+        wake_r.as_raw_fd(),
+    ] {
+        sys::set_nonblocking(fd).map_err(internal("nonblocking"))?;
+    }
+    let mut streams = [
+        OutputStream {
+            fd: out_r,
+            open: true,
+            kept: Vec::new(),
+            truncated: false,
+            which: Stream::Stdout,
+        },
+        OutputStream {
+            fd: err_r,
+            open: true,
+            kept: Vec::new(),
+            truncated: false,
+            which: Stream::Stderr,
+        },
+    ];
+    let mut outcome = Outcome::default();
+    let mut events = FrameBuffer::default();
+    let mut control_open = true;
+    let mut exited = false;
+    let mut kill_sent = false;
+    let backstop = start + Duration::from_millis(spec.timeout_ms) + BACKSTOP;
+    let mut buf = vec![0u8; 64 * 1024];
+    let limit = usize::try_from(output_limit).unwrap_or(usize::MAX);
+
+    let send_kill = |reason: &str| {
+        let mut frame = Vec::new();
+        if protocol::write_frame(
+            &mut frame,
+            &HostMessage::Kill {
+                reason: reason.to_string(),
+            },
+        )
+        .is_ok()
+        {
+            let _ = sys::send_all(control.as_raw_fd(), &frame);
+        }
+    };
+
+    while control_open || streams.iter().any(|s| s.open) {
+        let now = Instant::now();
+        if now >= backstop {
+            // The helper ignored its own deadline: kill it; init dies with it (parent-death
+            // signal) and the kernel tears the namespace down.
+            let _ = sys::kill(child.pid, libc::SIGKILL);
+            outcome.backstop_killed = true;
+            break;
+        }
+        let timeout = i32::try_from((backstop - now).as_millis())
+            .unwrap_or(i32::MAX)
+            .max(1);
+        let mut fds = [
+            pollfd(
+                streams[0].open.then(|| streams[0].fd.as_raw_fd()),
+                libc::POLLIN,
+            ),
+            pollfd(
+                streams[1].open.then(|| streams[1].fd.as_raw_fd()),
+                libc::POLLIN,
+            ),
+            pollfd(control_open.then(|| control.as_raw_fd()), libc::POLLIN),
+            pollfd(stdin_w.as_ref().map(|w| w.as_raw_fd()), libc::POLLOUT),
+            pollfd(Some(wake_r.as_raw_fd()), libc::POLLIN),
+        ];
+        sys::poll(&mut fds, timeout).map_err(internal("poll"))?;
+
+        if fds[2].revents != 0 {
+            loop {
+                match sys::read(control.as_raw_fd(), &mut buf) {
+                    Ok(0) => {
+                        control_open = false;
+                        break;
+                    }
+                    Ok(n) => events.push(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        control_open = false;
+                        break;
+                    }
+                }
+            }
+            while let Some(event) = events
+                .next_frame::<Event>()
+                .map_err(internal("helper protocol"))?
+            {
+                if matches!(
+                    event,
+                    Event::Exited { .. } | Event::SetupFailed { .. } | Event::ExecFailed { .. }
+                ) {
+                    exited = true;
+                }
+                outcome.events.push(event);
+            }
+        }
+        for (i, stream) in streams.iter_mut().enumerate() {
+            if fds[i].revents == 0 {
+                continue;
+            }
+            loop {
+                match sys::read(stream.fd.as_raw_fd(), &mut buf) {
+                    Ok(0) => {
+                        stream.open = false;
+                        break;
+                    }
+                    Ok(n) => {
+                        let room = limit.saturating_sub(stream.kept.len());
+                        let keep = n.min(room);
+                        if keep > 0 {
+                            stream.kept.extend_from_slice(&buf[..keep]);
+                            if let Some(sink) = &ctx.sink {
+                                sink.on_output(stream.which, &buf[..keep]);
+                            }
+                        }
+                        if keep < n && !stream.truncated {
+                            stream.truncated = true;
+                            if !kill_sent {
+                                send_kill("output");
+                                kill_sent = true;
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        stream.open = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if fds[3].revents != 0 {
+            if exited || fds[3].revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                stdin_w = None;
+            } else if let Some(w) = &stdin_w {
+                write_some(w, &mut stdin_rest);
+                if stdin_rest.is_empty() {
+                    stdin_w = None;
+                }
+            }
+        }
+        if fds[4].revents != 0 {
+            let _ = sys::read(wake_r.as_raw_fd(), &mut buf);
+            if ctx.cancel.is_cancelled() && !outcome.cancelled {
+                outcome.cancelled = true;
+                if !kill_sent {
+                    send_kill("cancelled");
+                    kill_sent = true;
+                }
+            }
+        }
+    }
+    child.reap();
+    let [out, err] = streams;
+    outcome.stdout = out.kept;
+    outcome.stdout_truncated = out.truncated;
+    outcome.stderr = err.kept;
+    outcome.stderr_truncated = err.truncated;
+    outcome.duration = start.elapsed();
+    Ok(outcome)
+}
+
+fn pollfd(fd: Option<std::os::fd::RawFd>, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.unwrap_or(-1),
+        events,
+        revents: 0,
+    }
+}
+
+/// Writes as much of `rest` as the pipe takes without blocking.
+fn write_some(fd: &OwnedFd, rest: &mut &[u8]) {
+    while !rest.is_empty() {
+        match sys::write(fd.as_raw_fd(), rest) {
+            Ok(n) => *rest = &rest[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}

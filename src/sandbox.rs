@@ -1,0 +1,273 @@
+//! The `Sandbox` handle: backend choice, strictness, and the run entry points.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+
+use sandbox_core::{
+    Backend, BackendKind, BackendReport, Caps, DoctorReport, Error, Result, RunContext, RunOutput,
+    Strictness, Tool,
+};
+
+/// Which backend runs a tool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BackendChoice {
+    /// Route by tool: WebAssembly modules to `wasm`, commands and scripts to `process`.
+    #[default]
+    Auto,
+    /// Always this backend.
+    Only(BackendKind),
+}
+
+impl fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendChoice::Auto => f.write_str("auto"),
+            BackendChoice::Only(kind) => write!(f, "{kind}"),
+        }
+    }
+}
+
+impl FromStr for BackendChoice {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "auto" {
+            Ok(BackendChoice::Auto)
+        } else {
+            s.parse().map(BackendChoice::Only).map_err(|_| {
+                Error::invalid(format!(
+                    "unknown backend {s:?} (expected auto, process, container, wasm or microvm)"
+                ))
+            })
+        }
+    }
+}
+
+/// Configures a [`Sandbox`]. Defaults: [`BackendChoice::Auto`], [`Strictness::Strict`],
+/// the helper binary found next to the executable (or `$STRATA_HELPER`).
+#[derive(Clone, Debug, Default)]
+pub struct SandboxBuilder {
+    backend: BackendChoice,
+    strictness: Strictness,
+    helper: Option<PathBuf>,
+}
+
+impl SandboxBuilder {
+    /// Chooses the backend.
+    pub fn backend(mut self, backend: BackendChoice) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Strict (default): refuse runs whose caps cannot be enforced. Best-effort: run and
+    /// list the gaps in the receipt.
+    pub fn strictness(mut self, strictness: Strictness) -> Self {
+        self.strictness = strictness;
+        self
+    }
+
+    /// Path of the `strata-helper` binary used by the process backend.
+    pub fn helper(mut self, path: impl Into<PathBuf>) -> Self {
+        self.helper = Some(path.into());
+        self
+    }
+
+    /// Builds the sandbox. Fails only when the chosen backend is not compiled in;
+    /// host capabilities are checked per run (and by [`doctor`]).
+    pub fn build(self) -> Result<Sandbox> {
+        if let BackendChoice::Only(kind) = self.backend {
+            if !compiled_in(kind) {
+                return Err(Error::unavailable(kind, not_built_reason(kind)));
+            }
+        }
+        Ok(Sandbox {
+            inner: Arc::new(Inner {
+                choice: self.backend,
+                strictness: self.strictness,
+                helper: self.helper,
+                process: OnceLock::new(),
+                wasm: OnceLock::new(),
+            }),
+        })
+    }
+}
+
+fn compiled_in(kind: BackendKind) -> bool {
+    (kind == BackendKind::Process && cfg!(feature = "process"))
+        || (kind == BackendKind::Wasm && cfg!(feature = "wasm"))
+}
+
+fn not_built_reason(kind: BackendKind) -> String {
+    match kind {
+        BackendKind::Process | BackendKind::Wasm => {
+            format!("the {kind} backend is not compiled in (enable the `{kind}` cargo feature)")
+        }
+        _ => format!("the {kind} backend is not implemented in this version of strata"),
+    }
+}
+
+struct Inner {
+    choice: BackendChoice,
+    strictness: Strictness,
+    helper: Option<PathBuf>,
+    process: OnceLock<Arc<dyn Backend>>,
+    wasm: OnceLock<Arc<dyn Backend>>,
+}
+
+/// A handle that runs tools in sandboxes. Cheap to clone and safe to share across threads;
+/// backends are created on first use and reused (warm caches, probes).
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("backend", &self.inner.choice)
+            .field("strictness", &self.inner.strictness)
+            .finish()
+    }
+}
+
+impl Sandbox {
+    /// A builder with the defaults.
+    pub fn builder() -> SandboxBuilder {
+        SandboxBuilder::default()
+    }
+
+    /// The configured backend choice.
+    pub fn choice(&self) -> BackendChoice {
+        self.inner.choice
+    }
+
+    /// The configured strictness.
+    pub fn strictness(&self) -> Strictness {
+        self.inner.strictness
+    }
+
+    /// Which backend would run `tool`.
+    pub fn route(&self, tool: &Tool) -> BackendKind {
+        match self.inner.choice {
+            BackendChoice::Only(kind) => kind,
+            BackendChoice::Auto => match tool {
+                Tool::Wasm { .. } => BackendKind::Wasm,
+                _ => BackendKind::Process,
+            },
+        }
+    }
+
+    /// The backend instance for `kind`.
+    pub fn backend(&self, kind: BackendKind) -> Result<Arc<dyn Backend>> {
+        match kind {
+            #[cfg(feature = "process")]
+            BackendKind::Process => Ok(Arc::clone(self.inner.process.get_or_init(|| {
+                let backend = match &self.inner.helper {
+                    Some(path) => sandbox_os::ProcessBackend::with_helper(path),
+                    None => sandbox_os::ProcessBackend::new(),
+                };
+                Arc::new(backend)
+            }))),
+            #[cfg(feature = "wasm")]
+            BackendKind::Wasm => {
+                if let Some(b) = self.inner.wasm.get() {
+                    return Ok(Arc::clone(b));
+                }
+                let backend: Arc<dyn Backend> = Arc::new(sandbox_wasm::WasmBackend::new()?);
+                Ok(Arc::clone(self.inner.wasm.get_or_init(|| backend)))
+            }
+            other => Err(Error::unavailable(other, not_built_reason(other))),
+        }
+    }
+
+    /// Runs `tool` with `caps`, blocking until the run and everything it started are gone.
+    pub fn run(&self, tool: &Tool, caps: &Caps) -> Result<RunOutput> {
+        self.run_with(tool, caps, &RunContext::default())
+    }
+
+    /// Like [`Sandbox::run`], with cancellation and streaming from `ctx`. The sandbox's
+    /// strictness overrides `ctx.strictness` only when `ctx` leaves it at the default and
+    /// the sandbox is best-effort.
+    pub fn run_with(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+        let mut ctx = ctx.clone();
+        if self.inner.strictness == Strictness::BestEffort {
+            ctx.strictness = Strictness::BestEffort;
+        }
+        let backend = self.backend(self.route(tool))?;
+        let span =
+            tracing::info_span!("strata.run", backend = %backend.kind(), tool = %tool.describe());
+        let _enter = span.enter();
+        let result = backend.run(tool, caps, &ctx);
+        match &result {
+            Ok(out) => tracing::info!(
+                status = %out.status,
+                duration_ms = out.duration.as_secs_f64() * 1000.0,
+                denials = out.receipt.denials.len(),
+                "run finished"
+            ),
+            Err(e) => tracing::warn!(error = %e, kind = e.kind().code(), "run refused or failed"),
+        }
+        result
+    }
+
+    /// Runs on tokio's blocking pool. Dropping the future cancels the run and kills the
+    /// sandbox.
+    #[cfg(feature = "tokio")]
+    pub async fn run_async(&self, tool: Tool, caps: Caps) -> Result<RunOutput> {
+        let ctx = RunContext::default();
+        self.run_async_with(tool, caps, ctx).await
+    }
+
+    /// [`Sandbox::run_async`] with a context (its cancel token also cancels the run).
+    #[cfg(feature = "tokio")]
+    pub async fn run_async_with(
+        &self,
+        tool: Tool,
+        caps: Caps,
+        ctx: RunContext,
+    ) -> Result<RunOutput> {
+        struct CancelOnDrop(sandbox_core::CancelToken, bool);
+        impl Drop for CancelOnDrop {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.cancel();
+                }
+            }
+        }
+        let mut guard = CancelOnDrop(ctx.cancel.clone(), false);
+        let sandbox = self.clone();
+        let handle = tokio::task::spawn_blocking(move || sandbox.run_with(&tool, &caps, &ctx));
+        let result = handle.await.map_err(|e| Error::Internal {
+            message: format!("run task failed: {e}"),
+            source: None,
+        })?;
+        guard.1 = true;
+        result
+    }
+}
+
+/// Probes this host once per backend: which backends and guarantees are available, and why
+/// not.
+pub fn doctor() -> DoctorReport {
+    let sandbox = match Sandbox::builder().build() {
+        Ok(s) => s,
+        Err(e) => {
+            return DoctorReport {
+                backends: vec![BackendReport::unavailable(
+                    BackendKind::Process,
+                    e.to_string(),
+                )],
+            }
+        }
+    };
+    let backends = BackendKind::ALL
+        .into_iter()
+        .map(|kind| match sandbox.backend(kind) {
+            Ok(backend) => backend.report(),
+            Err(e) => BackendReport::unavailable(kind, e.to_string()),
+        })
+        .collect();
+    DoctorReport { backends }
+}

@@ -1,0 +1,173 @@
+//! Shared harness for the cross-backend and escape suites: sandboxes, probes and canaries.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata::{BackendChoice, BackendKind, Caps, RunOutput, Sandbox, Tool};
+
+/// Debian's interpreter (the `python3` first on PATH may be a slow pyenv shim).
+pub const PY: &str = "/usr/bin/python3";
+
+/// The helper binary cargo built for this test run.
+pub fn helper() -> &'static str {
+    env!("CARGO_BIN_EXE_strata-helper")
+}
+
+/// A process-backend sandbox using this build's helper.
+pub fn sandbox() -> Sandbox {
+    Sandbox::builder()
+        .backend(BackendChoice::Only(BackendKind::Process))
+        .helper(helper())
+        .build()
+        .expect("process backend is compiled in")
+}
+
+/// A Python probe run as a command (`python3 -c CODE`).
+pub fn py(code: &str) -> Tool {
+    Tool::command([PY, "-c", code])
+}
+
+/// A shell probe.
+pub fn sh(code: &str) -> Tool {
+    Tool::command(["/bin/sh", "-c", code])
+}
+
+/// Runs and panics on a refused run, printing the error.
+pub fn run(tool: &Tool, caps: &Caps) -> RunOutput {
+    match sandbox().run(tool, caps) {
+        Ok(out) => out,
+        Err(e) => panic!("run of {} was refused: {e}", tool.describe()),
+    }
+}
+
+/// Stdout as text.
+pub fn stdout(out: &RunOutput) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(out: &RunOutput) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a successful run and returns stdout.
+pub fn ok_stdout(out: &RunOutput) -> String {
+    assert!(
+        out.success(),
+        "expected success, got {}; stdout={:?} stderr={:?}",
+        out.status,
+        stdout(out),
+        stderr(out)
+    );
+    stdout(out)
+}
+
+/// Whether this test process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Tests that need root fail loudly without it, unless STRATA_SKIP_ROOT_TESTS=1 asks to
+/// skip them, which is printed.
+pub fn require_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var_os("STRATA_SKIP_ROOT_TESTS").is_some() {
+        eprintln!("SKIPPED {test}: needs root (STRATA_SKIP_ROOT_TESTS is set)");
+        return false;
+    }
+    panic!("{test} needs root; run the suite as root (.ci/run does) or set STRATA_SKIP_ROOT_TESTS=1 to skip it loudly");
+}
+
+/// A host directory with a secret file, removed on drop.
+pub struct Canary {
+    pub dir: tempfile::TempDir,
+    pub secret: PathBuf,
+}
+
+pub const SECRET: &str = "canary-7f3a9c-do-not-leak";
+
+impl Canary {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("strata-canary").tempdir().expect("tempdir");
+        let secret = dir.path().join("secret.txt");
+        std::fs::write(&secret, SECRET).expect("write canary");
+        Canary { dir, secret }
+    }
+
+    pub fn intact(&self) -> bool {
+        std::fs::read_to_string(&self.secret).is_ok_and(|s| s == SECRET)
+    }
+}
+
+/// A TCP listener on the host's loopback that records whether anything connected.
+pub struct Listener {
+    pub port: u16,
+    pub hit: Arc<AtomicBool>,
+}
+
+impl Listener {
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let hit = Arc::new(AtomicBool::new(false));
+        let flag = hit.clone();
+        std::thread::spawn(move || {
+            for _ in 0..600 {
+                if let Ok((mut stream, _)) = listener.accept() {
+                    flag.store(true, Ordering::SeqCst);
+                    let _ = stream.write_all(b"canary");
+                    let mut buf = [0u8; 16];
+                    let _ = stream.read(&mut buf);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Listener { port, hit }
+    }
+
+    pub fn was_hit(&self) -> bool {
+        std::thread::sleep(Duration::from_millis(100));
+        self.hit.load(Ordering::SeqCst)
+    }
+}
+
+/// Pids of host processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(marker) && pid != std::process::id() {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Waits up to `timeout` for `f` to hold.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// The path of the `strata` CLI binary built next to the helper.
+pub fn cli() -> PathBuf {
+    let dir = Path::new(helper()).parent().expect("target dir").to_path_buf();
+    dir.join("strata")
+}
