@@ -17,18 +17,28 @@ fn reads_a_read_only_mount_and_cannot_write_it() {
     assert_eq!(ok_stdout(&out), SECRET);
     let out = run(&sh(&format!("echo pwned > {secret}")), &caps);
     assert!(!out.success(), "write to a read-only mount must fail");
-    assert!(stderr(&out).contains("Read-only file system"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Read-only file system"),
+        "{}",
+        stderr(&out)
+    );
     assert!(canary.intact());
 }
 
 #[test]
 fn cannot_read_host_file_outside_mounts_by_absolute_path() {
     let canary = Canary::new();
-    let out = run(&Tool::command(["cat", &canary.secret.display().to_string()]), &Caps::new());
+    let out = run(
+        &Tool::command(["cat", &canary.secret.display().to_string()]),
+        &Caps::new(),
+    );
     assert!(!out.success());
     assert!(!stdout(&out).contains(SECRET));
     let out = run(&Tool::command(["cat", "/etc/shadow"]), &Caps::new());
-    assert!(!out.success() && out.stdout.is_empty(), "/etc/shadow must be invisible");
+    assert!(
+        !out.success() && out.stdout.is_empty(),
+        "/etc/shadow must be invisible"
+    );
 }
 
 #[test]
@@ -39,7 +49,11 @@ fn cannot_escape_a_mount_with_dotdot() {
     let caps = Caps::new().read_only(&inner);
     let path = format!("{}/../secret.txt", inner.display());
     let out = run(&Tool::command(["cat", &path]), &caps);
-    assert!(!out.success() && !stdout(&out).contains(SECRET), "{}", stdout(&out));
+    assert!(
+        !out.success() && !stdout(&out).contains(SECRET),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -80,7 +94,10 @@ fn cannot_connect_to_host_loopback_listener() {
 
 #[test]
 fn cannot_see_or_signal_host_processes() {
-    let mut sleeper = std::process::Command::new("sleep").arg("77.5").spawn().expect("spawn sleep");
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("77.5")
+        .spawn()
+        .expect("spawn sleep");
     let pid = sleeper.id();
     let code = format!(
         "import os,signal\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\ntry:\n  os.kill({pid}, signal.SIGKILL); print('KILLED')\nexcept OSError as e:\n  print('denied', e.errno)"
@@ -88,9 +105,15 @@ fn cannot_see_or_signal_host_processes() {
     let out = run(&py(&code), &Caps::new());
     let text = ok_stdout(&out);
     let first = text.lines().next().unwrap_or_default();
-    assert!(!first.contains(&pid.to_string()), "host pid visible: {first}");
+    assert!(
+        !first.contains(&pid.to_string()),
+        "host pid visible: {first}"
+    );
     assert!(text.contains("denied 3"), "expected ESRCH: {text}");
-    assert!(sleeper.try_wait().expect("wait").is_none(), "host process must survive");
+    assert!(
+        sleeper.try_wait().expect("wait").is_none(),
+        "host process must survive"
+    );
     let _ = sleeper.kill();
     let _ = sleeper.wait();
 }
@@ -105,13 +128,22 @@ fn host_environment_secret_is_invisible() {
     let keys: Vec<&str> = text.lines().filter_map(|l| l.split('=').next()).collect();
     let mut sorted = keys.clone();
     sorted.sort_unstable();
-    assert_eq!(sorted, ["GIVEN", "HOME", "LANG", "PATH"], "only declared and documented variables");
+    assert_eq!(
+        sorted,
+        ["GIVEN", "HOME", "LANG", "PATH"],
+        "only declared and documented variables"
+    );
 }
 
 #[test]
 fn background_child_is_gone_after_the_run() {
     let marker = "1000.4242";
-    let out = run(&sh(&format!("sleep {marker} & disown 2>/dev/null; echo started")), &Caps::new());
+    let out = run(
+        &sh(&format!(
+            "sleep {marker} & disown 2>/dev/null; echo started"
+        )),
+        &Caps::new(),
+    );
     assert_eq!(ok_stdout(&out).trim(), "started");
     assert!(
         eventually(Duration::from_secs(2), || processes_with(marker).is_empty()),
@@ -123,11 +155,17 @@ fn background_child_is_gone_after_the_run() {
 #[test]
 fn timeout_kills_a_busy_loop() {
     let start = Instant::now();
-    let out = run(&sh("while :; do :; done"), &Caps::new().timeout(Duration::from_millis(500)));
+    let out = run(
+        &sh("while :; do :; done"),
+        &Caps::new().timeout(Duration::from_millis(500)),
+    );
     assert!(out.timed_out(), "{}", out.status);
     assert_eq!(out.limit(), Some(LimitKind::Wall));
     assert_eq!(out.cli_exit_code(), 124);
-    assert!(start.elapsed() < Duration::from_secs(20), "run must return after the timeout");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "run must return after the timeout"
+    );
 }
 
 #[test]
@@ -138,7 +176,11 @@ fn output_flood_is_capped_and_the_run_returns() {
     assert_eq!(out.stdout.len(), 64 * 1024);
     assert!(out.stdout_truncated);
     assert_eq!(out.limit(), Some(LimitKind::Output));
-    assert!(out.receipt.denials.iter().any(|d| d.detail.contains("stdout cut")));
+    assert!(out
+        .receipt
+        .denials
+        .iter()
+        .any(|d| d.detail.contains("stdout cut")));
 }
 
 #[test]
@@ -158,7 +200,9 @@ fn receipt_names_the_mechanisms() {
 fn missing_mount_source_is_refused_and_nothing_runs() {
     let marker = tempfile::tempdir().expect("tempdir");
     let flag = marker.path().join("ran");
-    let caps = Caps::new().read_only("/definitely/not/here").read_write(marker.path());
+    let caps = Caps::new()
+        .read_only("/definitely/not/here")
+        .read_write(marker.path());
     let err = sandbox()
         .run(&sh(&format!("touch {}", flag.display())), &caps)
         .expect_err("must refuse");
@@ -169,7 +213,9 @@ fn missing_mount_source_is_refused_and_nothing_runs() {
 
 #[test]
 fn unknown_program_is_an_exec_error() {
-    let err = sandbox().run(&Tool::command(["no-such-program-xyz"]), &Caps::new()).expect_err("exec");
+    let err = sandbox()
+        .run(&Tool::command(["no-such-program-xyz"]), &Caps::new())
+        .expect_err("exec");
     assert_eq!(err.kind(), ErrorKind::InvalidRequest);
     assert!(err.to_string().contains("no-such-program-xyz"), "{err}");
 }
@@ -177,7 +223,9 @@ fn unknown_program_is_an_exec_error() {
 #[test]
 fn allowlist_network_fails_closed_until_the_proxy_exists() {
     let caps = Caps::new().net(Net::Allow(vec!["example.com:443".parse().expect("rule")]));
-    let err = sandbox().run(&Tool::command(["true"]), &caps).expect_err("refused");
+    let err = sandbox()
+        .run(&Tool::command(["true"]), &caps)
+        .expect_err("refused");
     assert_eq!(err.kind(), ErrorKind::Unenforceable);
 }
 
@@ -215,12 +263,22 @@ fn unprivileged_caller_gets_the_same_promises() {
     let canary = Canary::new();
     let cli = cli();
     if !cli.exists() {
-        panic!("{} not built; run the workspace tests (cargo test --workspace)", cli.display());
+        panic!(
+            "{} not built; run the workspace tests (cargo test --workspace)",
+            cli.display()
+        );
     }
     let listener = Listener::start();
-    std::fs::set_permissions(canary.dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    std::fs::set_permissions(&canary.secret, std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
+    std::fs::set_permissions(
+        canary.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(
+        &canary.secret,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("chmod");
     let script = format!(
         "import socket,os\nprint(open('{secret}').read())\ntry:\n  open('{secret}','w')\nexcept OSError as e: print('ro', e.errno)\ns=socket.socket()\ntry:\n  s.connect(('127.0.0.1',{port})); print('CONNECTED')\nexcept OSError as e: print('net', e.errno)\nprint('uid', os.getuid())",
         secret = canary.secret.display(),
@@ -229,15 +287,30 @@ fn unprivileged_caller_gets_the_same_promises() {
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(&cli)
-        .args(["run", "--ro", &canary.dir.path().display().to_string(), "--", PY, "-c", &script])
+        .args([
+            "run",
+            "--ro",
+            &canary.dir.path().display().to_string(),
+            "--",
+            PY,
+            "-c",
+            &script,
+        ])
         .env("STRATA_HELPER", helper())
         .output()
         .expect("setpriv");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stdout={text} stderr={}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout={text} stderr={}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains(SECRET), "{text}");
     assert!(text.contains("ro 30"), "read-only mount (EROFS): {text}");
-    assert!(text.contains("net 111"), "only the sandbox's own loopback (ECONNREFUSED): {text}");
+    assert!(
+        text.contains("net 111"),
+        "only the sandbox's own loopback (ECONNREFUSED): {text}"
+    );
     assert!(text.contains("uid 65534"), "{text}");
     assert!(!listener.was_hit());
     assert!(canary.intact());

@@ -190,8 +190,13 @@ pub fn detect() -> Result<Layout, String> {
             Err(e) => return Err(format!("cannot create {}: {e}", base.display())),
         }
         // The directory may exist (made by another user): prove we can create runs in it.
-        let probe = base.join(format!("probe-{}", std::process::id()));
-        fs::create_dir(&probe).map_err(|e| format!("cannot create cgroups in {}: {e}", base.display()))?;
+        let probe = base.join(format!(
+            "probe-{}-{}",
+            std::process::id(),
+            NEXT_RUN.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir(&probe)
+            .map_err(|e| format!("cannot create cgroups in {}: {e}", base.display()))?;
         let _ = fs::remove_dir(&probe);
     }
     if let Layout::V2 { base } = &layout {

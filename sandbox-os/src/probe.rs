@@ -1,7 +1,9 @@
 //! One-time host probe for the process backend (`strata doctor`, fail-closed checks).
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +37,21 @@ pub struct HelperProbe {
 }
 
 impl HostProbe {
+    /// The probe for `helper`, computed once per process and helper path.
+    pub fn cached(helper: Option<&Path>) -> HostProbe {
+        static CACHE: OnceLock<Mutex<HashMap<Option<PathBuf>, HostProbe>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        let key = helper.map(Path::to_path_buf);
+        let mut guard = match cache.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        guard
+            .entry(key)
+            .or_insert_with(|| HostProbe::run(helper))
+            .clone()
+    }
+
     /// Probes the host, using `helper` to test namespace creation in a child process (the
     /// embedding process itself is never forked or unshared).
     pub fn run(helper: Option<&Path>) -> Self {

@@ -117,7 +117,7 @@ impl ProcessBackend {
 
     /// The host probe (computed once per backend).
     pub fn host(&self) -> &HostProbe {
-        self.probe.get_or_init(|| HostProbe::run(self.helper()))
+        self.probe.get_or_init(|| HostProbe::cached(self.helper()))
     }
 
     fn unavailable(&self) -> Option<Error> {

@@ -96,7 +96,10 @@ pub const SECRET: &str = "canary-7f3a9c-do-not-leak";
 
 impl Canary {
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new().prefix("strata-canary").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("strata-canary")
+            .tempdir()
+            .expect("tempdir");
         let secret = dir.path().join("secret.txt");
         std::fs::write(&secret, SECRET).expect("write canary");
         Canary { dir, secret }
@@ -144,7 +147,9 @@ impl Listener {
 pub fn processes_with(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
             if String::from_utf8_lossy(&cmdline).contains(marker) && pid != std::process::id() {
                 found.push(pid);
@@ -168,6 +173,9 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// The path of the `strata` CLI binary built next to the helper.
 pub fn cli() -> PathBuf {
-    let dir = Path::new(helper()).parent().expect("target dir").to_path_buf();
+    let dir = Path::new(helper())
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
     dir.join("strata")
 }
