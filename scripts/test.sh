@@ -22,6 +22,7 @@ cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 section "rust: build"
 cargo build --release --workspace --bins --quiet
 
+scripts/fetch-wasm-interpreters.sh  # WASI Python/JS interpreters (PyPI) for the wasm backend's tests
 section "rust: tests"
 cargo test --release --workspace 2>&1 | tee target/cargo-test.log
 grep -E "^test result:" target/cargo-test.log | awk '{p+=$4; f+=$6; i+=$8} END {printf "cargo test total: %d passed, %d failed, %d ignored\n", p, f, i}'

@@ -20,8 +20,9 @@
 //! [`Receipt`] in every [`RunOutput`] lists what was enforced and by which mechanism.
 //!
 //! Backends (cargo features): `process` (default; Linux namespaces, landlock, seccomp,
-//! cgroups), `wasm` (default; wasmtime). Container and microVM backends are reported as
-//! unavailable until they are built.
+//! cgroups; also the `container` backend, which runs tools in OCI images natively or on a
+//! Docker/Podman engine, see [`ContainerSpec`]), `wasm` (default; wasmtime). The microVM
+//! backend is reported as unavailable until it is built.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -31,12 +32,15 @@ mod sandbox;
 pub use sandbox::{doctor, BackendChoice, Sandbox, SandboxBuilder};
 pub use sandbox_core::{
     backend, caps, error, output, receipt, size, tool, Access, Backend, BackendKind, BackendReport,
-    ByteSize, CancelToken, Capability, Caps, Check, Denial, DoctorReport, Enforcement, Error,
-    ErrorKind, ExitStatus, Gap, LimitKind, Limits, Mount, Net, NetRule, OutputSink, Receipt,
-    ResourceUsage, Result, RunContext, RunOutput, ScriptLanguage, Stream, Strictness, SystemDirs,
-    Tool,
+    ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt, ContainerRuntime,
+    ContainerSpec, Denial, DoctorReport, Enforcement, Error, ErrorKind, ExitStatus, Gap, LimitKind,
+    Limits, Mount, Net, NetRule, OutputSink, Receipt, ResourceUsage, Result, RunContext, RunOutput,
+    ScriptLanguage, Stream, Strictness, SystemDirs, Tool, TrapKind,
 };
 
 /// The process backend crate, for embedders that need its lower-level API.
 #[cfg(feature = "process")]
 pub use sandbox_os;
+/// The wasm backend crate (its configuration, layering, interpreter locations).
+#[cfg(feature = "wasm")]
+pub use sandbox_wasm;

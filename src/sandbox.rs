@@ -13,7 +13,8 @@ use sandbox_core::{
 /// Which backend runs a tool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum BackendChoice {
-    /// Route by tool: WebAssembly modules to `wasm`, commands and scripts to `process`.
+    /// Route by tool: WebAssembly modules to `wasm`, commands and scripts to `process`;
+    /// caps with an image (`caps.container`) to `container`.
     #[default]
     Auto,
     /// Always this backend.
@@ -52,6 +53,10 @@ pub struct SandboxBuilder {
     backend: BackendChoice,
     strictness: Strictness,
     helper: Option<PathBuf>,
+    warm_pool: usize,
+    #[cfg(feature = "wasm")]
+    wasm_config: Option<sandbox_wasm::WasmConfig>,
+    wasm_layered: bool,
 }
 
 impl SandboxBuilder {
@@ -74,6 +79,30 @@ impl SandboxBuilder {
         self
     }
 
+    /// Keeps up to `per_shape` process sandboxes pre-built for each caps shape already run
+    /// (default 0). A warm run skips namespace, filesystem, landlock, seccomp and cgroup
+    /// setup; each pre-built sandbox is used for one run only.
+    pub fn warm_pool(mut self, per_shape: usize) -> Self {
+        self.warm_pool = per_shape;
+        self
+    }
+
+    /// Configures the wasm backend: module cache directory, interpreter directory, pool
+    /// size, fuel. Default: [`sandbox_wasm::WasmConfig::default`].
+    #[cfg(feature = "wasm")]
+    pub fn wasm_config(mut self, config: sandbox_wasm::WasmConfig) -> Self {
+        self.wasm_config = Some(config);
+        self
+    }
+
+    /// Runs the wasm engine inside the process sandbox (through the `strata-wasm-host`
+    /// binary), so an engine escape still meets namespaces, landlock and seccomp; the
+    /// receipt lists both layers. Default: off.
+    pub fn wasm_in_process_sandbox(mut self, layered: bool) -> Self {
+        self.wasm_layered = layered;
+        self
+    }
+
     /// Builds the sandbox. Fails only when the chosen backend is not compiled in;
     /// host capabilities are checked per run (and by [`doctor`]).
     pub fn build(self) -> Result<Sandbox> {
@@ -87,15 +116,20 @@ impl SandboxBuilder {
                 choice: self.backend,
                 strictness: self.strictness,
                 helper: self.helper,
+                warm_pool: self.warm_pool,
+                #[cfg(feature = "wasm")]
+                wasm_config: self.wasm_config,
+                wasm_layered: self.wasm_layered,
                 process: OnceLock::new(),
                 wasm: OnceLock::new(),
+                container: OnceLock::new(),
             }),
         })
     }
 }
 
 fn compiled_in(kind: BackendKind) -> bool {
-    (kind == BackendKind::Process && cfg!(feature = "process"))
+    ((kind == BackendKind::Process || kind == BackendKind::Container) && cfg!(feature = "process"))
         || (kind == BackendKind::Wasm && cfg!(feature = "wasm"))
 }
 
@@ -103,6 +137,9 @@ fn not_built_reason(kind: BackendKind) -> String {
     match kind {
         BackendKind::Process | BackendKind::Wasm => {
             format!("the {kind} backend is not compiled in (enable the `{kind}` cargo feature)")
+        }
+        BackendKind::Container => {
+            "the container backend is not compiled in (enable the `process` cargo feature)".into()
         }
         _ => format!("the {kind} backend is not implemented in this version of strata"),
     }
@@ -112,8 +149,13 @@ struct Inner {
     choice: BackendChoice,
     strictness: Strictness,
     helper: Option<PathBuf>,
+    warm_pool: usize,
+    #[cfg(feature = "wasm")]
+    wasm_config: Option<sandbox_wasm::WasmConfig>,
+    wasm_layered: bool,
     process: OnceLock<Arc<dyn Backend>>,
     wasm: OnceLock<Arc<dyn Backend>>,
+    container: OnceLock<Arc<dyn Backend>>,
 }
 
 /// A handle that runs tools in sandboxes. Cheap to clone and safe to share across threads;
@@ -168,18 +210,47 @@ impl Sandbox {
                     Some(path) => sandbox_os::ProcessBackend::with_helper(path),
                     None => sandbox_os::ProcessBackend::new(),
                 };
-                Arc::new(backend)
+                Arc::new(backend.with_warm_pool(self.inner.warm_pool))
             }))),
             #[cfg(feature = "wasm")]
             BackendKind::Wasm => {
                 if let Some(b) = self.inner.wasm.get() {
                     return Ok(Arc::clone(b));
                 }
-                let backend: Arc<dyn Backend> = Arc::new(sandbox_wasm::WasmBackend::new()?);
+                let mut config = self.inner.wasm_config.clone().unwrap_or_default();
+                if self.inner.wasm_layered {
+                    let outer = self.backend(BackendKind::Process)?;
+                    let layering = sandbox_wasm::Layering::new(outer)
+                        .map_err(|why| Error::unavailable(BackendKind::Wasm, why))?;
+                    config.layered = Some(layering);
+                }
+                let backend: Arc<dyn Backend> =
+                    Arc::new(sandbox_wasm::WasmBackend::with_config(config)?);
                 Ok(Arc::clone(self.inner.wasm.get_or_init(|| backend)))
             }
+            #[cfg(feature = "process")]
+            BackendKind::Container => Ok(Arc::clone(self.inner.container.get_or_init(|| {
+                let process = match &self.inner.helper {
+                    Some(path) => sandbox_os::ProcessBackend::with_helper(path),
+                    None => sandbox_os::ProcessBackend::new(),
+                };
+                Arc::new(sandbox_os::ContainerBackend::with_process(process))
+            }))),
             other => Err(Error::unavailable(other, not_built_reason(other))),
         }
+    }
+
+    /// Probes this host for every backend as this sandbox would use it (its helper binary
+    /// included): which backends and guarantees are available, and why not.
+    pub fn doctor(&self) -> DoctorReport {
+        let backends = BackendKind::ALL
+            .into_iter()
+            .map(|kind| match self.backend(kind) {
+                Ok(backend) => backend.report(),
+                Err(e) => BackendReport::unavailable(kind, e.to_string()),
+            })
+            .collect();
+        DoctorReport { backends }
     }
 
     /// Runs `tool` with `caps`, blocking until the run and everything it started are gone.
@@ -195,7 +266,12 @@ impl Sandbox {
         if self.inner.strictness == Strictness::BestEffort {
             ctx.strictness = Strictness::BestEffort;
         }
-        let backend = self.backend(self.route(tool))?;
+        // An image in the caps means the container backend, unless one was chosen.
+        let kind = match self.inner.choice {
+            BackendChoice::Auto if caps.container.is_some() => BackendKind::Container,
+            _ => self.route(tool),
+        };
+        let backend = self.backend(kind)?;
         let span =
             tracing::info_span!("strata.run", backend = %backend.kind(), tool = %tool.describe());
         let _enter = span.enter();
@@ -251,23 +327,13 @@ impl Sandbox {
 /// Probes this host once per backend: which backends and guarantees are available, and why
 /// not.
 pub fn doctor() -> DoctorReport {
-    let sandbox = match Sandbox::builder().build() {
-        Ok(s) => s,
-        Err(e) => {
-            return DoctorReport {
-                backends: vec![BackendReport::unavailable(
-                    BackendKind::Process,
-                    e.to_string(),
-                )],
-            }
-        }
-    };
-    let backends = BackendKind::ALL
-        .into_iter()
-        .map(|kind| match sandbox.backend(kind) {
-            Ok(backend) => backend.report(),
-            Err(e) => BackendReport::unavailable(kind, e.to_string()),
-        })
-        .collect();
-    DoctorReport { backends }
+    match Sandbox::builder().build() {
+        Ok(sandbox) => sandbox.doctor(),
+        Err(e) => DoctorReport {
+            backends: vec![BackendReport::unavailable(
+                BackendKind::Process,
+                e.to_string(),
+            )],
+        },
+    }
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use strata::{
-    Access, BackendChoice, ByteSize, Caps, Error, Net, Result, ScriptLanguage, Strictness, Tool,
+    Access, BackendChoice, ByteSize, Caps, ContainerRuntime, Error, Net, Result, ScriptLanguage,
+    Strictness, Tool,
 };
 
 /// Run AI-agent tools in sandboxes.
@@ -183,6 +184,16 @@ impl RunArgs {
                 .read_to_end(&mut input)
                 .map_err(|e| Error::invalid(format!("--stdin: cannot read standard input: {e}")))?;
             caps.stdin = input;
+        }
+        if let Some(image) = &self.image {
+            caps = caps.image(image.clone());
+            if let Some(runtime) = &self.runtime {
+                caps = caps.runtime(runtime.parse::<ContainerRuntime>()?);
+            }
+        } else if backend == BackendChoice::Only(strata::BackendKind::Container) {
+            return Err(Error::invalid(
+                "--backend container needs --image REF (an OCI layout, an image archive, a root file system directory, or an engine image name)",
+            ));
         }
         caps.validate()?;
         let tool = match &self.script {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::container::{ContainerRuntime, ContainerSpec};
 use crate::size::ByteSize;
 
 /// What a run may touch. See the field docs for each default.
@@ -50,6 +51,11 @@ pub struct Caps {
     /// scratch directory. A path that is not inside a mount becomes a private, size-capped
     /// directory shared with `/tmp`'s quota.
     pub workdir: Option<PathBuf>,
+    /// The image and runtime of a container run (container backend only). Default: `None`.
+    /// The other backends refuse caps that set it. With an image, the image replaces the
+    /// host's system directories: [`Caps::system`] is not used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerSpec>,
 }
 
 impl Default for Caps {
@@ -70,6 +76,7 @@ impl Caps {
     /// | limits | [`Limits::default`] |
     /// | stdin | empty |
     /// | workdir | `/tmp` (private, size-capped) |
+    /// | container | none (no image; only the container backend reads it) |
     pub fn new() -> Self {
         Caps {
             mounts: Vec::new(),
@@ -79,6 +86,7 @@ impl Caps {
             limits: Limits::default(),
             stdin: Vec::new(),
             workdir: None,
+            container: None,
         }
     }
 
@@ -166,6 +174,30 @@ impl Caps {
     /// Sets which system directories are granted.
     pub fn system(mut self, system: SystemDirs) -> Self {
         self.system = system;
+        self
+    }
+
+    /// Runs the tool in `image` (container backend), keeping the runtime if one was set
+    /// (default [`ContainerRuntime::Native`]). See [`ContainerSpec::image`] for the forms.
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        match &mut self.container {
+            Some(spec) => spec.image = image.into(),
+            None => self.container = Some(ContainerSpec::new(image)),
+        }
+        self
+    }
+
+    /// Chooses the container runtime. Has no effect until an image is set with
+    /// [`Caps::image`] (the order of the two calls does not matter).
+    pub fn runtime(mut self, runtime: ContainerRuntime) -> Self {
+        match &mut self.container {
+            Some(spec) => spec.runtime = runtime,
+            None => {
+                let mut spec = ContainerSpec::new(String::new());
+                spec.runtime = runtime;
+                self.container = Some(spec);
+            }
+        }
         self
     }
 
@@ -418,7 +450,7 @@ impl<'de> Deserialize<'de> for NetRule {
 
 /// Resource limits. Every limit has a safe default and hitting one ends the run with a
 /// typed [`crate::LimitKind`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Wall-clock time before the whole process tree is killed. Default: 30 s.
@@ -442,7 +474,13 @@ pub struct Limits {
     /// Address-space limit (`RLIMIT_AS`). Default: none, because runtimes such as V8 and
     /// Go reserve far more address space than they use; memory is capped by `memory`.
     pub address_space: Option<ByteSize>,
+    /// CPU bandwidth in cores (a cgroup quota: 0.5 = half of one core). Default: 1.0, so a
+    /// runaway tool leaves the rest of the host responsive.
+    pub cpus: f64,
 }
+
+// `cpus` is a plain positive float (validated), so equality is exact comparison.
+impl Eq for Limits {}
 
 impl Default for Limits {
     fn default() -> Self {
@@ -456,6 +494,7 @@ impl Default for Limits {
             open_files: 1024,
             disk: ByteSize::mib(64),
             address_space: None,
+            cpus: 1.0,
         }
     }
 }
@@ -502,7 +541,7 @@ mod tests {
     fn defaults_are_deny_by_default() {
         let caps = Caps::new();
         let limits = &caps.limits;
-        let table: [(&str, String, &str); 16] = [
+        let table: [(&str, String, &str); 18] = [
             ("mounts", format!("{:?}", caps.mounts), "[]"),
             ("system", format!("{:?}", caps.system), "Runtime"),
             ("env", format!("{:?}", caps.env), "{}"),
@@ -526,6 +565,8 @@ mod tests {
                 format!("{:?}", limits.address_space),
                 "None",
             ),
+            ("cpus", limits.cpus.to_string(), "1"),
+            ("container", format!("{:?}", caps.container), "None"),
             (
                 "default==new",
                 (Caps::default() == caps).to_string(),

@@ -15,6 +15,7 @@
 
 pub mod backend;
 pub mod caps;
+pub mod container;
 pub mod doctor;
 pub mod error;
 pub mod output;
@@ -25,9 +26,10 @@ mod validate;
 
 pub use backend::{Backend, BackendKind, CancelToken, OutputSink, RunContext, Stream, Strictness};
 pub use caps::{Access, Caps, Limits, Mount, Net, NetRule, SystemDirs};
+pub use container::{ContainerReceipt, ContainerRuntime, ContainerSpec};
 pub use doctor::{BackendReport, Check, DoctorReport};
 pub use error::{Error, ErrorKind, Result};
-pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput};
+pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput, TrapKind};
 pub use receipt::{Capability, Denial, Enforcement, Gap, Receipt};
 pub use size::ByteSize;
 pub use tool::{ScriptLanguage, Tool};

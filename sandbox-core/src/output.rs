@@ -29,6 +29,12 @@ pub enum ExitStatus {
         /// The signal that ended the tool, when it was a signal.
         signal: Option<i32>,
     },
+    /// A WebAssembly tool trapped (wasm backend): the engine stopped it safely at a fault
+    /// such as an out-of-bounds access or a stack overflow.
+    Trapped {
+        /// What the module did.
+        trap: TrapKind,
+    },
 }
 
 impl fmt::Display for ExitStatus {
@@ -37,7 +43,50 @@ impl fmt::Display for ExitStatus {
             ExitStatus::Exited { code } => write!(f, "exit code {code}"),
             ExitStatus::Signaled { signal } => write!(f, "killed by signal {signal}"),
             ExitStatus::Limit { limit, .. } => write!(f, "{limit} limit exceeded"),
+            ExitStatus::Trapped { trap } => write!(f, "trapped: {trap}"),
         }
+    }
+}
+
+/// Why a WebAssembly tool trapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TrapKind {
+    /// The wasm call stack was exhausted (deep or infinite recursion).
+    StackOverflow,
+    /// A load or store outside linear memory.
+    MemoryOutOfBounds,
+    /// A table access outside the table.
+    TableOutOfBounds,
+    /// An indirect call to a null or mistyped table entry.
+    BadIndirectCall,
+    /// Integer division by zero, overflow, or an invalid float-to-integer conversion.
+    Arithmetic,
+    /// An `unreachable` instruction (how C `abort()` ends in WASI).
+    Unreachable,
+    /// Any other trap.
+    Other,
+}
+
+impl TrapKind {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrapKind::StackOverflow => "stack_overflow",
+            TrapKind::MemoryOutOfBounds => "memory_out_of_bounds",
+            TrapKind::TableOutOfBounds => "table_out_of_bounds",
+            TrapKind::BadIndirectCall => "bad_indirect_call",
+            TrapKind::Arithmetic => "arithmetic",
+            TrapKind::Unreachable => "unreachable",
+            TrapKind::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for TrapKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -62,6 +111,8 @@ pub enum LimitKind {
     FileSize,
     /// WebAssembly fuel (deterministic instruction budget).
     Fuel,
+    /// Open descriptors (the wasm backend's WASI descriptor table is full).
+    OpenFiles,
 }
 
 impl LimitKind {
@@ -76,6 +127,7 @@ impl LimitKind {
             LimitKind::Disk => "disk",
             LimitKind::FileSize => "file_size",
             LimitKind::Fuel => "fuel",
+            LimitKind::OpenFiles => "open_files",
         }
     }
 }
@@ -132,7 +184,7 @@ impl RunOutput {
         match self.status {
             ExitStatus::Signaled { signal } => Some(signal),
             ExitStatus::Limit { signal, .. } => signal,
-            ExitStatus::Exited { .. } => None,
+            ExitStatus::Exited { .. } | ExitStatus::Trapped { .. } => None,
         }
     }
 
@@ -166,8 +218,17 @@ impl RunOutput {
         }
     }
 
+    /// The trap that ended a WebAssembly tool, if any.
+    pub fn trap(&self) -> Option<TrapKind> {
+        match self.status {
+            ExitStatus::Trapped { trap } => Some(trap),
+            _ => None,
+        }
+    }
+
     /// The process exit code a CLI should use: the tool's code, 124 on timeout, 137 when
-    /// killed for another limit, 128+N for signal N.
+    /// killed for another limit, 128+N for signal N, 134 for a WebAssembly trap (as the
+    /// `wasmtime` CLI does).
     pub fn cli_exit_code(&self) -> i32 {
         match self.status {
             ExitStatus::Exited { code } => code,
@@ -177,17 +238,20 @@ impl RunOutput {
             } => 124,
             ExitStatus::Limit { .. } => 137,
             ExitStatus::Signaled { signal } => 128 + signal,
+            ExitStatus::Trapped { .. } => 134,
         }
     }
 
     /// The JSON object of the CLI contract: `exit_code, signal, timed_out, limit, stdout,
-    /// stderr, stdout_truncated, stderr_truncated, duration_ms, usage, receipt`.
+    /// stderr, stdout_truncated, stderr_truncated, duration_ms, usage, receipt`, plus `trap`
+    /// (null unless a WebAssembly tool trapped).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "exit_code": self.exit_code(),
             "signal": self.signal(),
             "timed_out": self.timed_out(),
             "limit": self.limit(),
+            "trap": self.trap(),
             "stdout": String::from_utf8_lossy(&self.stdout),
             "stderr": String::from_utf8_lossy(&self.stderr),
             "stdout_truncated": self.stdout_truncated,

@@ -22,6 +22,10 @@ pub struct Receipt {
     pub gaps: Vec<Gap>,
     /// Denials and limit hits observed during the run.
     pub denials: Vec<Denial>,
+    /// For container runs: the runtime that ran the tool and the image (with its digest).
+    /// Absent for the other backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<crate::container::ContainerReceipt>,
 }
 
 impl Receipt {
@@ -34,6 +38,7 @@ impl Receipt {
             enforced: Vec::new(),
             gaps: Vec::new(),
             denials: Vec::new(),
+            container: None,
         }
     }
 
@@ -91,6 +96,13 @@ impl fmt::Display for Receipt {
             layers.join(" > "),
             self.strictness
         )?;
+        if let Some(c) = &self.container {
+            writeln!(
+                f,
+                "  container: {} runtime, image {} ({})",
+                c.runtime, c.image, c.digest
+            )?;
+        }
         for e in &self.enforced {
             writeln!(f, "  {}: {} ({})", e.capability, e.mechanism, e.detail)?;
         }

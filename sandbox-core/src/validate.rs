@@ -60,6 +60,19 @@ pub(crate) fn caps(caps: &Caps) -> Result<()> {
             }
         }
     }
+    if let Some(container) = &caps.container {
+        if container.image.trim().is_empty() {
+            return Err(Error::invalid(
+                "container image is empty: name an image (a path or an engine image name)",
+            ));
+        }
+        if container.image.contains('\0') {
+            return Err(Error::invalid("container image contains a NUL byte"));
+        }
+        if let Some(workspace) = &container.workspace {
+            absolute_clean("container workspace", workspace)?;
+        }
+    }
     if let crate::caps::Net::Allow(rules) = &caps.net {
         for rule in rules {
             net_rule(rule)?;
@@ -81,6 +94,12 @@ pub(crate) fn caps(caps: &Caps) -> Result<()> {
                 "limit {name} is too small (timeout/cpu_time > 0, memory >= 1M, processes >= 1, open_files >= 8, disk >= 64K)"
             )));
         }
+    }
+    if !(limits.cpus.is_finite() && limits.cpus >= 0.01 && limits.cpus <= 1024.0) {
+        return Err(Error::invalid(format!(
+            "limit cpus must be between 0.01 and 1024 cores, got {}",
+            limits.cpus
+        )));
     }
     if matches!(limits.address_space, Some(a) if a.bytes() < 1 << 20) {
         return Err(Error::invalid("limit address_space is below 1M"));

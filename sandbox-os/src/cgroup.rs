@@ -29,6 +29,9 @@ pub enum Layout {
         pids: PathBuf,
         /// `<cpuacct mount>/<own cgroup>/strata`, for CPU accounting, if mounted.
         cpuacct: Option<PathBuf>,
+        /// `<cpu mount>/<own cgroup>/strata`, for the CPU quota, if mounted separately from
+        /// cpuacct (when they share a hierarchy, `cpuacct` serves both).
+        cpu: Option<PathBuf>,
     },
 }
 
@@ -140,10 +143,15 @@ pub fn choose_layout(
     };
     let memory = v1("memory")?;
     let pids = v1("pids")?;
+    let cpuacct = v1("cpuacct").map(|h| under(&h.mount, own(Some("cpuacct"))));
+    let cpu = v1("cpu")
+        .map(|h| under(&h.mount, own(Some("cpu"))))
+        .filter(|cpu| Some(cpu) != cpuacct.as_ref());
     Some(Layout::V1 {
         memory: under(&memory.mount, own(Some("memory"))),
         pids: under(&pids.mount, own(Some("pids"))),
-        cpuacct: v1("cpuacct").map(|h| under(&h.mount, own(Some("cpuacct")))),
+        cpuacct,
+        cpu,
     })
 }
 
@@ -177,9 +185,11 @@ pub fn detect() -> Result<Layout, String> {
             memory,
             pids,
             cpuacct,
+            cpu,
         } => {
             let mut v = vec![memory.as_path(), pids.as_path()];
             v.extend(cpuacct.as_deref());
+            v.extend(cpu.as_deref());
             v
         }
     };
@@ -215,6 +225,15 @@ pub struct Limits {
     pub memory: u64,
     /// Processes and threads.
     pub pids: u32,
+    /// CPU bandwidth in cores.
+    pub cpus: f64,
+}
+
+/// The CFS period Strata uses, in microseconds.
+const CPU_PERIOD_US: u64 = 100_000;
+
+fn quota_us(cpus: f64) -> u64 {
+    ((cpus * CPU_PERIOD_US as f64).round() as u64).max(1000)
 }
 
 /// Counters read after the run.
@@ -228,6 +247,8 @@ pub struct Stats {
     pub pids_refused: u64,
     /// CPU time of every process that ran in it, microseconds.
     pub cpu_us: Option<u64>,
+    /// A CPU quota was in force.
+    pub cpu_quota: bool,
 }
 
 /// One run's cgroup(s). Removed on drop (after killing anything left inside).
@@ -235,6 +256,7 @@ pub struct Stats {
 pub struct RunCgroup {
     dirs: Vec<PathBuf>,
     version2: bool,
+    cpu_quota: bool,
 }
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
@@ -250,6 +272,7 @@ impl RunCgroup {
         let mut run = RunCgroup {
             dirs: Vec::new(),
             version2: matches!(layout, Layout::V2 { .. }),
+            cpu_quota: false,
         };
         match layout {
             Layout::V2 { base } => {
@@ -257,11 +280,17 @@ impl RunCgroup {
                 fs::write(dir.join("memory.max"), limits.memory.to_string())?;
                 let _ = fs::write(dir.join("memory.swap.max"), "0");
                 fs::write(dir.join("pids.max"), limits.pids.to_string())?;
+                if dir.join("cpu.max").exists() {
+                    let quota = format!("{} {CPU_PERIOD_US}", quota_us(limits.cpus));
+                    fs::write(dir.join("cpu.max"), quota)?;
+                    run.cpu_quota = true;
+                }
             }
             Layout::V1 {
                 memory,
                 pids,
                 cpuacct,
+                cpu,
             } => {
                 let mem = run.make(memory, &name)?;
                 fs::write(mem.join("memory.limit_in_bytes"), limits.memory.to_string())?;
@@ -272,8 +301,17 @@ impl RunCgroup {
                 );
                 let pid = run.make(pids, &name)?;
                 fs::write(pid.join("pids.max"), limits.pids.to_string())?;
-                if let Some(cpu) = cpuacct {
-                    run.make(cpu, &name)?;
+                for (base, sets_quota) in [(cpuacct, cpu.is_none()), (cpu, true)] {
+                    let Some(base) = base else { continue };
+                    let dir = run.make(base, &name)?;
+                    if sets_quota && dir.join("cpu.cfs_quota_us").exists() {
+                        fs::write(dir.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string())?;
+                        fs::write(
+                            dir.join("cpu.cfs_quota_us"),
+                            quota_us(limits.cpus).to_string(),
+                        )?;
+                        run.cpu_quota = true;
+                    }
                 }
             }
         }
@@ -285,6 +323,27 @@ impl RunCgroup {
         fs::create_dir(&dir)?;
         self.dirs.push(dir.clone());
         Ok(dir)
+    }
+
+    /// Whether a CPU quota was set.
+    pub fn has_cpu_quota(&self) -> bool {
+        self.cpu_quota
+    }
+
+    /// CPU time used so far by every process in the run, microseconds.
+    pub fn cpu_usage_us(&self) -> Option<u64> {
+        for dir in &self.dirs {
+            if self.version2 {
+                let stat = fs::read_to_string(dir.join("cpu.stat")).ok()?;
+                return stat
+                    .lines()
+                    .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok());
+            }
+            if let Ok(ns) = fs::read_to_string(dir.join("cpuacct.usage")) {
+                return ns.trim().parse::<u64>().ok().map(|ns| ns / 1000);
+            }
+        }
+        None
     }
 
     /// The `cgroup.procs` files the helper writes itself into.
@@ -300,7 +359,10 @@ impl RunCgroup {
                 .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
                 .unwrap_or(0)
         };
-        let mut stats = Stats::default();
+        let mut stats = Stats {
+            cpu_quota: self.cpu_quota,
+            ..Stats::default()
+        };
         for dir in &self.dirs {
             if self.version2 {
                 stats.peak_memory = read(dir, "memory.peak").trim().parse().unwrap_or(0);
@@ -405,6 +467,7 @@ mod tests {
                 memory: "/sys/fs/cgroup/memory/session/abc/strata".into(),
                 pids: "/sys/fs/cgroup/pids/strata".into(),
                 cpuacct: Some("/sys/fs/cgroup/cpuacct/strata".into()),
+                cpu: Some("/sys/fs/cgroup/cpu/strata".into()),
             }
         );
     }

@@ -101,6 +101,22 @@ pub fn rules(spec: &Spec) -> Vec<Rule> {
             grant: Grant::Read,
         });
     }
+    if let Some(image) = &spec.image {
+        // The run's private copy of the image: full access beneath its top-level
+        // directories, except those that hold a granted mount (read and execute there).
+        for path in &image.writable {
+            rules.push(Rule {
+                path: path.clone(),
+                grant: Grant::ReadWriteExec,
+            });
+        }
+        for path in &image.readable {
+            rules.push(Rule {
+                path: path.clone(),
+                grant: Grant::ReadExec,
+            });
+        }
+    }
     for mount in &spec.mounts {
         let grant = match (mount.writable, mount.exec) {
             (true, true) => Grant::ReadWriteExec,
@@ -168,9 +184,6 @@ mod tests {
 
     fn spec() -> Spec {
         Spec {
-            program: "true".into(),
-            argv: vec!["true".into()],
-            env: vec![],
             workdir: "/tmp".into(),
             workdir_is_scratch: false,
             links: vec![],
@@ -197,9 +210,11 @@ mod tests {
             uid: 1000,
             gid: 1000,
             rlimits: vec![],
-            timeout_ms: 1000,
+            landlock: true,
             require_landlock: true,
             cgroup_procs: vec![],
+            fault: None,
+            image: None,
         }
     }
 

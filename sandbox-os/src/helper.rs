@@ -1,14 +1,18 @@
 //! The `strata-helper` binary's logic: builds the sandbox and supervises the tool.
 //!
 //! Three processes, so the embedding process never forks:
-//! - **supervisor** (spawned by the host with `posix_spawn`): reads the [`Spec`], creates
-//!   the namespaces, forks the init, enforces the deadline, relays events, and kills
-//!   everything when the host asks or disappears (its control socket closes).
+//! - **supervisor** (spawned by the host with `posix_spawn`): reads the [`Spec`], joins the
+//!   run's cgroup, creates the namespaces, forks the init, relays the [`Command`] and the
+//!   events, enforces the deadline, and kills everything when the host asks or disappears
+//!   (its control socket closes).
 //! - **init** (pid 1 of the new pid namespace): builds the root filesystem, drops every
-//!   privilege, installs landlock and seccomp, forks the tool, reaps orphans, and exits
-//!   when the tool's main process exits, which makes the kernel kill every process left
-//!   in the namespace.
+//!   privilege, installs landlock and seccomp, reports `Ready`, waits for the command, forks
+//!   the tool, reaps orphans, and exits when the tool's main process exits, which makes the
+//!   kernel kill every process left in the namespace.
 //! - **tool**: sets rlimits and executes the program.
+//!
+//! A sandbox runs exactly one command. Building it before the command arrives is what makes
+//! the warm pool possible: the expensive part happens ahead of time.
 
 use std::ffi::CString;
 use std::io;
@@ -18,13 +22,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::fs_policy;
-use crate::protocol::{self, Enforced, Event, FrameBuffer, HostMessage, NetMode, Rlimit, Spec};
+use crate::protocol::{
+    self, Command, Enforced, Event, Fault, FrameBuffer, HostMessage, NetMode, Rlimit, Spec,
+};
 use crate::rootfs;
 use crate::seccomp;
 use crate::sys;
 
 /// The fd on which the helper receives its control socket.
 pub const CONTROL_FD: RawFd = 3;
+
+/// How long building a sandbox (after the command arrived) may take before the run is
+/// refused; the tool's own timeout starts when it is executed.
+pub const SETUP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Entry point of the `strata-helper` binary. Never returns.
 pub fn main() -> ! {
@@ -72,26 +82,22 @@ fn supervise() -> i32 {
     };
     sys::ignore_signal(libc::SIGPIPE);
     let host_ids = sys::ids();
-    match prepare_namespaces(&spec, host_ids) {
-        Ok(()) => {}
-        Err(event) => {
-            send(&control, &event);
-            return 0;
-        }
+    if let Err(event) = prepare_namespaces(&spec, host_ids) {
+        send(&control, &event);
+        return 0;
     }
-    let (status_r, status_w) = match sys::pipe() {
+    let pipes = sys::pipe().and_then(|status| sys::pipe().map(|go| (status, go)));
+    let ((status_r, status_w), (go_r, go_w)) = match pipes {
         Ok(p) => p,
         Err(e) => {
-            send(&control, &setup_failed("status pipe", &e, None));
+            send(&control, &setup_failed("init pipes", &e, None));
             return 0;
         }
     };
-    let start = Instant::now();
     let init = match sys::fork() {
         Ok(sys::Fork::Child) => {
-            drop(status_r);
-            drop(control);
-            init_main(&spec, status_w)
+            drop((status_r, go_w, control));
+            init_main(&spec, status_w, go_r)
         }
         Ok(sys::Fork::Parent(pid)) => pid,
         Err(e) => {
@@ -99,24 +105,29 @@ fn supervise() -> i32 {
             return 0;
         }
     };
-    drop(status_w);
-    supervise_init(&spec, &control, status_r, init, start);
+    drop((status_w, go_r));
+    supervise_init(&control, status_r, go_w, init);
     0
 }
 
 /// Creates the namespaces in the supervisor, so the init forked next is pid 1 of a new pid
 /// namespace and the supervisor keeps watching from outside it.
 fn prepare_namespaces(spec: &Spec, (host_uid, host_gid): (u32, u32)) -> Result<(), Event> {
-    if sys::ids().0 == 0 {
+    if host_uid == 0 {
         // Root: drop supplementary groups before they are frozen by setgroups=deny.
         sys::clear_groups().map_err(|e| setup_failed("drop supplementary groups", &e, None))?;
     }
     for procs in &spec.cgroup_procs {
-        std::fs::write(procs, "0").map_err(|e| {
+        let joined = if spec.fault == Some(Fault::Cgroup) {
+            Err(io::Error::from_raw_os_error(libc::EACCES))
+        } else {
+            std::fs::write(procs, "0")
+        };
+        joined.map_err(|e| {
             setup_failed(
                 format!("join cgroup {}", procs.display()),
                 &e,
-                Some("resources: cgroup"),
+                Some("resources: cgroup memory and pids limits"),
             )
         })?;
     }
@@ -129,7 +140,12 @@ fn prepare_namespaces(spec: &Spec, (host_uid, host_gid): (u32, u32)) -> Result<(
     if spec.net == NetMode::Isolated {
         flags |= libc::CLONE_NEWNET;
     }
-    sys::unshare(flags).map_err(|e| {
+    let unshared = if spec.fault == Some(Fault::Namespaces) {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    } else {
+        sys::unshare(flags)
+    };
+    unshared.map_err(|e| {
         setup_failed(
             "create namespaces",
             &e,
@@ -160,17 +176,16 @@ fn prepare_namespaces(spec: &Spec, (host_uid, host_gid): (u32, u32)) -> Result<(
     Ok(())
 }
 
-fn supervise_init(
-    spec: &Spec,
-    control: &UnixStream,
-    status_r: OwnedFd,
-    init: libc::pid_t,
-    start: Instant,
-) {
-    let deadline = start + Duration::from_millis(spec.timeout_ms);
+/// The supervisor's loop: relay the command to init, events to the host, enforce the
+/// deadline, and kill init (and with it the whole pid namespace) when needed.
+fn supervise_init(control: &UnixStream, status_r: OwnedFd, go_w: OwnedFd, init: libc::pid_t) {
     let pidfd = sys::pidfd_open(init).ok();
+    let mut go_w = Some(go_w);
     let mut from_init = FrameBuffer::default();
     let mut from_host = FrameBuffer::default();
+    let mut deadline: Option<Instant> = None;
+    let mut tool_timeout = Duration::ZERO;
+    let mut started = false;
     let mut killed: Option<String> = None;
     let mut final_event: Option<Event> = None;
     let mut status_open = true;
@@ -183,42 +198,34 @@ fn supervise_init(
         let _ = sys::kill(init, libc::SIGKILL);
     };
     loop {
-        let now = Instant::now();
-        let timeout_ms = if killed.is_some() {
-            -1
-        } else if now >= deadline {
-            0
-        } else {
-            i32::try_from((deadline - now).as_millis())
-                .unwrap_or(i32::MAX)
-                .max(1)
-        };
-        let mut fds = vec![
-            libc::pollfd {
-                fd: if host_open { control.as_raw_fd() } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: if status_open {
-                    status_r.as_raw_fd()
+        let timeout_ms = match (deadline, &killed) {
+            (_, Some(_)) | (None, None) => -1,
+            (Some(deadline), None) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    0
                 } else {
-                    -1
-                },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: pidfd.as_ref().map_or(-1, |p| p.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+                    i32::try_from((deadline - now).as_millis())
+                        .unwrap_or(i32::MAX)
+                        .max(1)
+                }
+            }
+        };
+        let mut fds = [
+            pollfd(host_open.then_some(control.as_raw_fd())),
+            pollfd(status_open.then_some(status_r.as_raw_fd())),
+            pollfd(pidfd.as_ref().map(|p| p.as_raw_fd())),
         ];
         if sys::poll(&mut fds, timeout_ms).is_err() {
             kill_init(&mut killed, "internal");
         }
-        if killed.is_none() && Instant::now() >= deadline {
-            kill_init(&mut killed, "wall");
+        if killed.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+            let reason = if tool_timeout.is_zero() || !started {
+                "setup_timeout"
+            } else {
+                "wall"
+            };
+            kill_init(&mut killed, reason);
         }
         if fds[0].revents != 0 {
             match sys::read(control.as_raw_fd(), &mut buf) {
@@ -229,10 +236,21 @@ fn supervise_init(
                 }
                 Ok(n) => {
                     from_host.push(&buf[..n]);
-                    while let Ok(Some(HostMessage::Kill { reason })) =
-                        from_host.next_frame::<HostMessage>()
-                    {
-                        kill_init(&mut killed, &reason);
+                    while let Ok(Some(message)) = from_host.next_frame::<HostMessage>() {
+                        match message {
+                            HostMessage::Run { command } => {
+                                if let Some(go) = go_w.take() {
+                                    // Until the tool starts, building the sandbox gets its own
+                                    // generous deadline; the tool's timeout starts at exec.
+                                    deadline = Some(Instant::now() + SETUP_DEADLINE);
+                                    tool_timeout = Duration::from_millis(command.timeout_ms);
+                                    if write_frame_fd(&go, &command).is_err() {
+                                        kill_init(&mut killed, "internal");
+                                    }
+                                }
+                            }
+                            HostMessage::Kill { reason } => kill_init(&mut killed, &reason),
+                        }
                     }
                 }
             }
@@ -245,6 +263,11 @@ fn supervise_init(
                     while let Ok(Some(event)) = from_init.next_frame::<Event>() {
                         match event {
                             Event::Exited { .. } => final_event = Some(event),
+                            Event::Started => {
+                                started = true;
+                                deadline = Some(Instant::now() + tool_timeout);
+                                send(control, &event);
+                            }
                             other => send(control, &other),
                         }
                     }
@@ -253,14 +276,10 @@ fn supervise_init(
         }
         let init_gone = match &pidfd {
             Some(_) => fds[2].revents != 0,
-            None => matches!(sys::wait4(init, libc::WNOHANG | libc::__WALL), Ok(Some(_))),
+            None => !status_open,
         };
         if init_gone && !status_open {
             break;
-        }
-        if init_gone && status_open && fds[1].revents == 0 {
-            // Drain what init wrote before exiting; its end is closed now.
-            continue;
         }
     }
     let _ = sys::wait4(init, libc::__WALL);
@@ -293,33 +312,63 @@ fn supervise_init(
     send(control, &event);
 }
 
-/// Writes an event on init's status pipe.
-fn report(status: &OwnedFd, event: &Event) {
+fn pollfd(fd: Option<RawFd>) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.unwrap_or(-1),
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// Writes one frame to a pipe.
+fn write_frame_fd<T: serde::Serialize>(fd: &OwnedFd, value: &T) -> io::Result<()> {
     let mut buf = Vec::new();
-    if protocol::write_frame(&mut buf, event).is_ok() {
-        let mut rest = &buf[..];
-        while !rest.is_empty() {
-            match sys::write(status.as_raw_fd(), rest) {
-                Ok(n) => rest = &rest[n..],
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return,
-            }
+    protocol::write_frame(&mut buf, value)?;
+    let mut rest = &buf[..];
+    while !rest.is_empty() {
+        match sys::write(fd.as_raw_fd(), rest) {
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads one frame from a blocking pipe; `None` on end of file.
+fn read_frame_fd<T: for<'de> serde::Deserialize<'de>>(fd: &OwnedFd) -> Option<T> {
+    let mut frames = FrameBuffer::default();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Ok(Some(value)) = frames.next_frame::<T>() {
+            return Some(value);
+        }
+        match sys::read(fd.as_raw_fd(), &mut buf) {
+            Ok(0) => return None,
+            Ok(n) => frames.push(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
         }
     }
 }
 
-fn init_main(spec: &Spec, status: OwnedFd) -> ! {
-    let code = match init_run(spec, &status) {
-        Ok(()) => 0,
-        Err(event) => {
-            report(&status, &event);
-            0
-        }
-    };
-    sys::exit_now(code)
+fn init_main(spec: &Spec, status: OwnedFd, go: OwnedFd) -> ! {
+    if let Err(event) = init_run(spec, &status, &go) {
+        let _ = write_frame_fd(&status, &event);
+    }
+    sys::exit_now(0)
 }
 
-fn init_run(spec: &Spec, status: &OwnedFd) -> Result<(), Event> {
+fn unenforceable(stage: &str, message: String, guarantee: &str) -> Event {
+    Event::SetupFailed {
+        stage: stage.into(),
+        errno: 0,
+        message,
+        unenforceable: Some(guarantee.into()),
+    }
+}
+
+fn init_run(spec: &Spec, status: &OwnedFd, go: &OwnedFd) -> Result<(), Event> {
     // If the supervisor dies (host SIGKILLed it), init dies, and with it the namespace.
     sys::set_parent_death_signal(libc::SIGKILL)
         .map_err(|e| setup_failed("parent death signal", &e, None))?;
@@ -341,39 +390,45 @@ fn init_run(spec: &Spec, status: &OwnedFd) -> Result<(), Event> {
         .map_err(|e| setup_failed("no_new_privs", &e, Some("privileges: no_new_privs")))?;
 
     let abi = sys::landlock_abi();
-    let rules = fs_policy::rules(spec);
-    let landlock = match fs_policy::enforce(&rules, abi) {
-        Ok(status) => status,
-        Err(e) => {
-            return Err(Event::SetupFailed {
-                stage: "landlock".into(),
-                errno: 0,
-                message: e.to_string(),
-                unenforceable: Some("fs: landlock".into()),
-            })
+    let landlock = if !spec.landlock {
+        fs_policy::Status {
+            abi,
+            status: "not_enforced",
+            scoped: false,
         }
+    } else if spec.fault == Some(Fault::Landlock) {
+        fs_policy::Status {
+            abi: 0,
+            status: "not_enforced",
+            scoped: false,
+        }
+    } else {
+        fs_policy::enforce(&fs_policy::rules(spec), abi)
+            .map_err(|e| unenforceable("landlock", e.to_string(), "fs: landlock"))?
     };
     if spec.require_landlock && landlock.status == "not_enforced" {
         return Err(Event::SetupFailed {
             stage: "landlock".into(),
             errno: libc::ENOSYS,
-            message: format!("landlock is not enforced by this kernel (ABI {abi})"),
+            message: format!(
+                "landlock is not enforced by this kernel (ABI {})",
+                landlock.abi
+            ),
             unenforceable: Some("fs: landlock".into()),
         });
     }
 
-    let filters = seccomp::build().map_err(|e| Event::SetupFailed {
-        stage: "seccomp build".into(),
-        errno: 0,
-        message: e.to_string(),
-        unenforceable: Some("syscalls: seccomp".into()),
-    })?;
-    seccomp::install(&filters).map_err(|e| Event::SetupFailed {
-        stage: "seccomp install".into(),
-        errno: 0,
-        message: e.to_string(),
-        unenforceable: Some("syscalls: seccomp".into()),
-    })?;
+    let filters = seccomp::build()
+        .map_err(|e| unenforceable("seccomp build", e.to_string(), "syscalls: seccomp"))?;
+    if spec.fault == Some(Fault::Seccomp) {
+        return Err(unenforceable(
+            "seccomp install",
+            "simulated failure".into(),
+            "syscalls: seccomp",
+        ));
+    }
+    seccomp::install(&filters)
+        .map_err(|e| unenforceable("seccomp install", e.to_string(), "syscalls: seccomp"))?;
 
     let enforced = Enforced {
         namespaces: namespaces(spec),
@@ -387,32 +442,28 @@ fn init_run(spec: &Spec, status: &OwnedFd) -> Result<(), Event> {
         fds_closed: true,
         memfd_noexec: built.memfd_noexec,
     };
+    let _ = write_frame_fd(status, &Event::Ready { enforced });
+
+    // Wait for the one command this sandbox will run.
+    let Some(command) = read_frame_fd::<Command>(go) else {
+        return Ok(()); // the host went away before using this sandbox
+    };
 
     let (exec_r, exec_w) = sys::pipe().map_err(|e| setup_failed("exec pipe", &e, None))?;
     let tool = match sys::fork().map_err(|e| setup_failed("fork tool", &e, None))? {
         sys::Fork::Child => {
             drop(exec_r);
-            tool_main(spec, exec_w)
+            tool_main(spec, &command, exec_w)
         }
         sys::Fork::Parent(pid) => pid,
     };
     drop(exec_w);
-    let mut exec_report = FrameBuffer::default();
-    let mut buf = [0u8; 4096];
-    loop {
-        match sys::read(exec_r.as_raw_fd(), &mut buf) {
-            Ok(0) => break,
-            Ok(n) => exec_report.push(&buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    drop(exec_r);
-    if let Ok(Some(event)) = exec_report.next_frame::<Event>() {
+    if let Some(event) = read_frame_fd::<Event>(&exec_r) {
         let _ = sys::wait4(tool, 0);
         return Err(event);
     }
-    report(status, &Event::Started { enforced });
+    drop(exec_r);
+    let _ = write_frame_fd(status, &Event::Started);
 
     // Reap everything; the run ends when the tool's main process exits.
     let (wait_status, usage) = loop {
@@ -431,7 +482,7 @@ fn init_run(spec: &Spec, status: &OwnedFd) -> Result<(), Event> {
         .as_ref()
         .and_then(|fd| sys::fs_free(fd.as_raw_fd()).ok())
         .is_some_and(|(blocks_free, _, inodes_free)| blocks_free == 0 || inodes_free == 0);
-    report(
+    let _ = write_frame_fd(
         status,
         &Event::Exited {
             wait_status,
@@ -453,9 +504,9 @@ fn namespaces(spec: &Spec) -> Vec<String> {
     ns.into_iter().map(String::from).collect()
 }
 
-fn tool_main(spec: &Spec, exec_w: OwnedFd) -> ! {
+fn tool_main(spec: &Spec, command: &Command, exec_w: OwnedFd) -> ! {
     let fail = |program: &str, err: io::Error| -> ! {
-        report(
+        let _ = write_frame_fd(
             &exec_w,
             &Event::ExecFailed {
                 program: program.to_string(),
@@ -477,25 +528,25 @@ fn tool_main(spec: &Spec, exec_w: OwnedFd) -> ! {
             Rlimit::Core => libc::RLIMIT_CORE,
         };
         if let Err(e) = sys::setrlimit(resource, limit.soft, limit.hard) {
-            fail(&spec.program, e);
+            fail(&command.program, e);
         }
     }
     if let Err(e) = std::env::set_current_dir(&spec.workdir) {
         fail(&format!("(workdir {})", spec.workdir.display()), e);
     }
-    let path = match resolve_program(&spec.program, &spec.env) {
+    let path = match resolve_program(&command.program, &command.env) {
         Ok(path) => path,
-        Err(e) => fail(&spec.program, e),
+        Err(e) => fail(&command.program, e),
     };
     let to_c = |s: &str| CString::new(s).unwrap_or_default();
-    let argv: Vec<CString> = spec.argv.iter().map(|a| to_c(a)).collect();
-    let envp: Vec<CString> = spec.env.iter().map(|e| to_c(e)).collect();
+    let argv: Vec<CString> = command.argv.iter().map(|a| to_c(a)).collect();
+    let envp: Vec<CString> = command.env.iter().map(|e| to_c(e)).collect();
     let Ok(cpath) = sys::cstring(&path) else {
-        fail(&spec.program, io::Error::from_raw_os_error(libc::EINVAL))
+        fail(&command.program, io::Error::from_raw_os_error(libc::EINVAL))
     };
     // Every fd but stdio is close-on-exec (the exec-report pipe closes on success).
     let err = sys::execve(&cpath, &argv, &envp);
-    fail(&spec.program, err)
+    fail(&command.program, err)
 }
 
 /// Finds `program` like `execvp` does, but in the tool's `PATH`, not the helper's.

@@ -1,5 +1,8 @@
 //! Strata's Linux backends.
 //!
+//! The container backend ([`ContainerBackend`]) runs tools in OCI images, on the same
+//! sandbox with the image as its root, or on a Docker/Podman engine.
+//!
 //! The process backend ([`ProcessBackend`]) isolates host programs with user, mount, pid,
 //! network, IPC and UTS namespaces, a fresh root filesystem, landlock, a seccomp allowlist,
 //! dropped capabilities, cgroups and rlimits. The sandbox is built by the `strata-helper`
@@ -11,15 +14,19 @@
 #![deny(missing_docs)]
 
 pub mod cgroup;
+pub mod container;
 pub mod fs_policy;
 pub mod helper;
 pub mod plan;
+pub mod pool;
 pub mod probe;
 pub mod process;
 pub mod protocol;
 pub mod rootfs;
 pub mod seccomp;
-mod supervise;
+pub mod seccomp_table;
+pub mod supervise;
 mod sys;
 
+pub use container::ContainerBackend;
 pub use process::{find_helper, ProcessBackend, HELPER_NAME};

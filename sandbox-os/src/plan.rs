@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sandbox_core::{Access, Caps, Error, Result, ScriptLanguage, Tool};
 
-use crate::protocol::{FileSpec, LinkSpec, MountSpec, NetMode, Rlimit, RlimitSpec, Spec};
+use crate::protocol::{Command, FileSpec, LinkSpec, MountSpec, NetMode, Rlimit, RlimitSpec, Spec};
 
 /// The host file-system facts planning needs.
 pub trait HostView {
@@ -67,9 +67,15 @@ pub fn script_argv(language: ScriptLanguage, source: &str) -> Vec<String> {
 /// Default `PATH` inside the sandbox.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
-/// Builds the spec. Refuses (with `InvalidRequest`) anything no sandbox could honour:
-/// missing mount sources, a `Tool::Wasm` (another backend's job), bad caps.
-pub fn plan(tool: &Tool, caps: &Caps, facts: &Facts, host: &dyn HostView) -> Result<Spec> {
+/// Builds the sandbox's shape and the command to run in it. Refuses (with
+/// `InvalidRequest`) anything no sandbox could honour: missing mount sources, a
+/// `Tool::Wasm` (another backend's job), bad caps.
+pub fn plan(
+    tool: &Tool,
+    caps: &Caps,
+    facts: &Facts,
+    host: &dyn HostView,
+) -> Result<(Spec, Command)> {
     tool.validate()?;
     caps.validate()?;
     let argv =
@@ -229,10 +235,13 @@ pub fn plan(tool: &Tool, caps: &Caps, facts: &Facts, host: &dyn HostView) -> Res
             _ => return Err(Error::unenforceable("net", "unknown network policy")),
         };
 
-    Ok(Spec {
+    let command = Command {
         program,
         argv,
         env,
+        timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+    };
+    let spec = Spec {
         workdir,
         workdir_is_scratch,
         links,
@@ -244,10 +253,13 @@ pub fn plan(tool: &Tool, caps: &Caps, facts: &Facts, host: &dyn HostView) -> Res
         uid: facts.uid,
         gid: facts.gid,
         rlimits,
-        timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+        landlock: true,
         require_landlock: true,
         cgroup_procs: Vec::new(),
-    })
+        fault: None,
+        image: None,
+    };
+    Ok((spec, command))
 }
 
 #[cfg(test)]
@@ -306,7 +318,7 @@ mod tests {
 
     #[test]
     fn system_dirs_become_read_only_mounts_and_links() {
-        let spec = plan(
+        let (spec, _command) = plan(
             &Tool::command(["true"]),
             &Caps::new(),
             &facts(),
@@ -336,19 +348,20 @@ mod tests {
     fn host_env_is_not_inherited_and_defaults_fill_gaps() {
         std::env::set_var("STRATA_PLAN_TEST_SECRET", "leak");
         let caps = Caps::new().env("HOME", "/work");
-        let spec = plan(
+        let (spec, command) = plan(
             &Tool::command(["env"]),
             &caps,
             &facts(),
             &FakeHost::debian(),
         )
         .expect("plan");
-        assert!(spec.env.contains(&"HOME=/work".to_string()));
-        assert!(spec.env.iter().any(|e| e.starts_with("PATH=")));
-        assert!(!spec
+        assert!(command.env.contains(&"HOME=/work".to_string()));
+        assert!(command.env.iter().any(|e| e.starts_with("PATH=")));
+        assert!(!command
             .env
             .iter()
             .any(|e| e.contains("STRATA_PLAN_TEST_SECRET")));
+        assert_eq!(spec.uid, 1000);
     }
 
     #[test]
@@ -368,7 +381,7 @@ mod tests {
     #[test]
     fn workdir_outside_mounts_is_private_scratch() {
         let caps = Caps::new().read_write("/out").workdir("/work");
-        let spec = plan(
+        let (spec, _command) = plan(
             &Tool::command(["true"]),
             &caps,
             &facts(),
@@ -377,7 +390,7 @@ mod tests {
         .expect("plan");
         assert!(spec.workdir_is_scratch);
         let caps = Caps::new().read_write("/out").workdir("/out");
-        let spec = plan(
+        let (spec, _command) = plan(
             &Tool::command(["true"]),
             &caps,
             &facts(),
@@ -394,7 +407,7 @@ mod tests {
             pids_cgroup: false,
             ..facts()
         };
-        let spec = plan(
+        let (spec, _command) = plan(
             &Tool::command(["true"]),
             &Caps::new(),
             &no_cgroup,
@@ -403,7 +416,7 @@ mod tests {
         .expect("plan");
         let has = |r: Rlimit| spec.rlimits.iter().any(|l| l.resource == r);
         assert!(has(Rlimit::As) && has(Rlimit::Nproc));
-        let spec = plan(
+        let (spec, _command) = plan(
             &Tool::command(["true"]),
             &Caps::new(),
             &facts(),

@@ -1,9 +1,8 @@
 //! One-time host probe for the process backend (`strata doctor`, fail-closed checks).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -19,8 +18,9 @@ pub struct HostProbe {
     pub landlock_abi: i32,
     /// seccomp filters can be installed.
     pub seccomp: bool,
-    /// The helper could create user, mount, pid, net, ipc, uts and cgroup namespaces.
-    pub namespaces: Result<(), String>,
+    /// The helper could create user, mount, pid, net, ipc, uts and cgroup namespaces
+    /// (`None`: not probed; the run itself fails closed if they cannot be created).
+    pub namespaces: Option<Result<(), String>>,
     /// Where per-run cgroups go, or why there are none.
     pub cgroup: Result<Layout, String>,
     /// Caller's effective uid and gid.
@@ -37,34 +37,31 @@ pub struct HelperProbe {
 }
 
 impl HostProbe {
-    /// The probe for `helper`, computed once per process and helper path.
-    pub fn cached(helper: Option<&Path>) -> HostProbe {
-        static CACHE: OnceLock<Mutex<HashMap<Option<PathBuf>, HostProbe>>> = OnceLock::new();
-        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-        let key = helper.map(Path::to_path_buf);
-        let mut guard = match cache.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        guard
-            .entry(key)
-            .or_insert_with(|| HostProbe::run(helper))
+    /// The cheap probe (no child process), computed once per process. Runs use it; a
+    /// missing namespace feature then fails the run closed in the helper.
+    pub fn cached() -> HostProbe {
+        static CACHE: OnceLock<HostProbe> = OnceLock::new();
+        CACHE
+            .get_or_init(|| HostProbe {
+                landlock_abi: sys::landlock_abi(),
+                seccomp: sys::seccomp_available(),
+                namespaces: None,
+                cgroup: cgroup::detect(),
+                ids: sys::ids(),
+            })
             .clone()
     }
 
-    /// Probes the host, using `helper` to test namespace creation in a child process (the
-    /// embedding process itself is never forked or unshared).
+    /// The full probe, using `helper` to test namespace creation in a child process (the
+    /// embedding process itself is never forked or unshared). Used by `strata doctor`.
     pub fn run(helper: Option<&Path>) -> Self {
         let namespaces = match helper {
             Some(helper) => probe_namespaces(helper),
             None => Err("strata-helper binary not found".to_string()),
         };
         HostProbe {
-            landlock_abi: sys::landlock_abi(),
-            seccomp: sys::seccomp_available(),
-            namespaces,
-            cgroup: cgroup::detect(),
-            ids: sys::ids(),
+            namespaces: Some(namespaces),
+            ..HostProbe::cached()
         }
     }
 
@@ -91,10 +88,11 @@ impl HostProbe {
             ),
             Check::new(
                 "namespaces",
-                self.namespaces.is_ok(),
+                matches!(self.namespaces, Some(Ok(()))),
                 match &self.namespaces {
-                    Ok(()) => "user, mount, pid, net, ipc, uts, cgroup".to_string(),
-                    Err(e) => e.clone(),
+                    Some(Ok(())) => "user, mount, pid, net, ipc, uts, cgroup".to_string(),
+                    Some(Err(e)) => e.clone(),
+                    None => "not probed".to_string(),
                 },
             ),
         ];

@@ -2,17 +2,18 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Error, ExitStatus, LimitKind, Receipt,
     ResourceUsage, Result, RunContext, RunOutput, Strictness, Tool,
 };
 
-use crate::cgroup::{self, RunCgroup};
+use crate::cgroup;
 use crate::plan::{self, Facts, RealHost};
+use crate::pool::{self, Pool, Warm};
 use crate::probe::HostProbe;
-use crate::protocol::{Enforced, Event, NetMode, Spec};
+use crate::protocol::{Command, Enforced, Event, Fault, NetMode, Spec};
 use crate::supervise::{self, Outcome};
 
 /// File name of the helper binary.
@@ -67,6 +68,8 @@ fn is_executable_file(path: &Path) -> bool {
 pub struct ProcessBackend {
     helper: std::result::Result<PathBuf, String>,
     probe: OnceLock<HostProbe>,
+    pool: Arc<Pool>,
+    fault: Option<Fault>,
 }
 
 impl std::fmt::Debug for ProcessBackend {
@@ -90,6 +93,8 @@ impl ProcessBackend {
         ProcessBackend {
             helper: find_helper(),
             probe: OnceLock::new(),
+            pool: Arc::new(Pool::new(0)),
+            fault: None,
         }
     }
 
@@ -107,7 +112,30 @@ impl ProcessBackend {
         ProcessBackend {
             helper,
             probe: OnceLock::new(),
+            pool: Arc::new(Pool::new(0)),
+            fault: None,
         }
+    }
+
+    /// Keeps up to `per_shape` sandboxes pre-built for each caps shape this backend has run
+    /// (default 0: every run is cold). A warm run only pays for `fork` and `exec`; each
+    /// pre-built sandbox is used once. Idle sandboxes are two sleeping processes each and are
+    /// killed when the backend is dropped or the embedding process exits.
+    pub fn with_warm_pool(mut self, per_shape: usize) -> Self {
+        self.pool = Arc::new(Pool::new(per_shape));
+        self
+    }
+
+    /// Number of idle pre-built sandboxes.
+    pub fn warm_idle(&self) -> usize {
+        self.pool.idle()
+    }
+
+    /// Simulates the failure of one layer, to test that runs fail closed. Not for production.
+    #[doc(hidden)]
+    pub fn inject_fault(mut self, fault: Fault) -> Self {
+        self.fault = Some(fault);
+        self
     }
 
     /// The helper binary in use.
@@ -115,9 +143,15 @@ impl ProcessBackend {
         self.helper.as_deref().ok()
     }
 
-    /// The host probe (computed once per backend).
+    /// The host probe (computed once per process), with injected faults applied.
     pub fn host(&self) -> &HostProbe {
-        self.probe.get_or_init(|| HostProbe::cached(self.helper()))
+        self.probe.get_or_init(|| {
+            let mut probe = HostProbe::cached();
+            if self.fault == Some(Fault::Cgroup) {
+                probe.cgroup = Err("simulated: the cgroup hierarchy is not writable".into());
+            }
+            probe
+        })
     }
 
     fn unavailable(&self) -> Option<Error> {
@@ -132,13 +166,12 @@ impl ProcessBackend {
 struct Preflight {
     facts: Facts,
     gaps: Vec<(Capability, String)>,
-    require_landlock: bool,
 }
 
 fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
     let strict = strictness == Strictness::Strict;
     let mut gaps = Vec::new();
-    if let Err(reason) = &host.namespaces {
+    if let Some(Err(reason)) = &host.namespaces {
         return Err(Error::unenforceable(
             "isolation: namespaces",
             reason.clone(),
@@ -176,16 +209,19 @@ fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
             pids_cgroup: cgroups,
         },
         gaps,
-        require_landlock: host.landlock_abi > 0,
     })
 }
 
-impl Backend for ProcessBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Process
-    }
-
-    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+impl ProcessBackend {
+    /// Runs like [`Backend::run`], letting `adjust` change the planned sandbox and command
+    /// before anything starts (the container backend's hook: image root, user, env).
+    pub(crate) fn run_adjusted(
+        &self,
+        tool: &Tool,
+        caps: &Caps,
+        ctx: &RunContext,
+        adjust: &dyn Fn(&mut Spec, &mut Command) -> Result<()>,
+    ) -> Result<RunOutput> {
         // Validate before probing: bad input is an InvalidRequest on every host.
         tool.validate()?;
         caps.validate()?;
@@ -197,31 +233,78 @@ impl Backend for ProcessBackend {
             .ok_or_else(|| Error::unavailable(BackendKind::Process, "no helper"))?;
         let host = self.host();
         let pre = preflight(host, ctx.strictness)?;
-        let mut spec = plan::plan(tool, caps, &pre.facts, &RealHost)?;
-        spec.require_landlock = pre.require_landlock;
-        let run_cgroup = match &host.cgroup {
-            Ok(layout) => Some(
-                RunCgroup::create(
-                    layout,
-                    cgroup::Limits {
-                        memory: caps.limits.memory.bytes(),
-                        pids: caps.limits.processes,
-                    },
-                )
-                .map_err(|e| Error::setup("create run cgroup", e))?,
-            ),
-            Err(_) => None,
+        let (mut spec, mut command) = plan::plan(tool, caps, &pre.facts, &RealHost)?;
+        spec.landlock = host.landlock_abi > 0;
+        spec.require_landlock = ctx.strictness == Strictness::Strict;
+        spec.fault = self.fault.filter(|f| *f != Fault::Cgroup);
+        adjust(&mut spec, &mut command)?;
+        let layout = host.cgroup.as_ref().ok();
+        let limits = cgroup::Limits {
+            memory: caps.limits.memory.bytes(),
+            pids: caps.limits.processes,
+            cpus: caps.limits.cpus,
         };
-        if let Some(cg) = &run_cgroup {
-            spec.cgroup_procs = cg.procs_files();
-        }
-        let outcome = supervise::run(helper, &spec, &caps.stdin, caps.limits.output.bytes(), ctx)?;
-        let stats = run_cgroup.as_ref().map(|cg| {
+        let key = Pool::key(&spec, limits);
+        let warm = match self.pool.take(&key) {
+            Some(warm) => warm,
+            None => pool::build(helper, &spec, layout, limits)?,
+        };
+        self.pool.refill(
+            key,
+            pool::Recipe {
+                helper: helper.to_path_buf(),
+                spec: spec.clone(),
+                layout: layout.cloned(),
+                limits,
+            },
+        );
+        let Warm { prepared, cgroup } = warm;
+        let usage = || cgroup.as_ref().and_then(|cg| cg.cpu_usage_us());
+        let cpu_watch = cgroup
+            .as_ref()
+            .filter(|cg| cg.cpu_usage_us().is_some())
+            .map(|_| supervise::CpuWatch {
+                usage_us: &usage,
+                limit_us: u64::try_from(caps.limits.cpu_time.as_micros()).unwrap_or(u64::MAX),
+            });
+        let outcome = supervise::run(
+            prepared,
+            &command,
+            &caps.stdin,
+            caps.limits.output.bytes(),
+            cpu_watch,
+            ctx,
+        )?;
+        let stats = cgroup.as_ref().map(|cg| {
             cg.kill_all();
             cg.stats()
         });
-        drop(run_cgroup);
-        finish(outcome, &spec, caps, host, &pre, stats, ctx.strictness)
+        drop(cgroup);
+        finish(
+            outcome,
+            &spec,
+            &command,
+            caps,
+            host,
+            &pre,
+            stats,
+            ctx.strictness,
+        )
+    }
+}
+
+impl Backend for ProcessBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Process
+    }
+
+    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+        if caps.container.is_some() {
+            return Err(Error::invalid(
+                "caps.container (an image) is only honoured by the container backend; choose it with --backend container",
+            ));
+        }
+        self.run_adjusted(tool, caps, ctx, &|_, _| Ok(()))
     }
 
     fn report(&self) -> BackendReport {
@@ -229,7 +312,8 @@ impl Backend for ProcessBackend {
             Ok(path) => sandbox_core::Check::new("helper", true, path.display().to_string()),
             Err(reason) => sandbox_core::Check::new("helper", false, reason.clone()),
         };
-        let host = self.host();
+        let host = HostProbe::run(self.helper());
+        let host = &host;
         let mut checks = vec![helper_check];
         checks.extend(host.checks());
         let reason = match (&self.helper, preflight(host, Strictness::Strict)) {
@@ -254,9 +338,11 @@ fn os_error(errno: i32, message: &str) -> io::Error {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn finish(
     outcome: Outcome,
     spec: &Spec,
+    command: &Command,
     caps: &Caps,
     host: &HostProbe,
     pre: &Preflight,
@@ -264,6 +350,7 @@ fn finish(
     strictness: Strictness,
 ) -> Result<RunOutput> {
     let mut enforced: Option<Enforced> = None;
+    let mut started = false;
     let mut exited = None;
     for event in outcome.events {
         match event {
@@ -286,17 +373,45 @@ fn finish(
                     source: io::Error::from_raw_os_error(errno),
                 })
             }
-            Event::Started { enforced: e } => enforced = Some(e),
+            Event::Ready { enforced: e } => enforced = Some(e),
+            Event::Started => started = true,
             exit @ Event::Exited { .. } => exited = Some(exit),
         }
     }
     if outcome.cancelled {
         return Err(Error::Cancelled);
     }
+    let killed_reason = match &exited {
+        Some(Event::Exited { killed, .. }) => killed.clone(),
+        _ => None,
+    };
+    // The tool ran if it was executed, or if it produced the output that got it killed.
+    let ran = started || killed_reason.as_deref() == Some("output");
+    let enforced = match enforced {
+        Some(e) if ran => Some(e),
+        _ => None,
+    };
     let Some(enforced) = enforced else {
-        return Err(Error::Internal {
-            message: "the helper ended before starting the tool".into(),
-            source: None,
+        let killed = match &exited {
+            Some(Event::Exited { killed, .. }) => killed.clone(),
+            _ => None,
+        };
+        return Err(match killed.as_deref() {
+            Some("setup_timeout") => Error::setup(
+                "build sandbox",
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "building the sandbox took too long",
+                ),
+            ),
+            Some(reason) => Error::Internal {
+                message: format!("the sandbox was killed before the tool started ({reason})"),
+                source: None,
+            },
+            None => Error::Internal {
+                message: "the helper ended before starting the tool".into(),
+                source: None,
+            },
         });
     };
     let stats = stats.unwrap_or_default();
@@ -335,6 +450,7 @@ fn finish(
     let limit = match killed.as_deref() {
         Some("wall") => Some(LimitKind::Wall),
         Some("output") => Some(LimitKind::Output),
+        Some("cpu") => Some(LimitKind::Cpu),
         Some(other) if other != "cancelled" => {
             return Err(Error::Internal {
                 message: format!("the sandbox was killed unexpectedly ({other})"),
@@ -369,7 +485,38 @@ fn finish(
         },
     };
 
-    let mut receipt = receipt(spec, caps, host, &enforced, strictness);
+    let mut receipt = receipt(spec, command, caps, host, &enforced, strictness);
+    if stats.cpu_quota {
+        receipt.enforce(
+            Capability::Cpu,
+            "cgroup cpu quota",
+            format!("{} core(s) of bandwidth", caps.limits.cpus),
+        );
+    }
+    if stats.cpu_us.is_some() {
+        receipt.enforce(
+            Capability::Cpu,
+            "cgroup cpu accounting",
+            format!(
+                "{:?} for the whole sandbox, checked every 100 ms",
+                caps.limits.cpu_time
+            ),
+        );
+    }
+    if enforced.landlock_status == "not_enforced" {
+        receipt.gap(
+            Capability::Fs,
+            "landlock not enforced: only the mount namespace restricts files",
+        );
+    } else if enforced.landlock_status == "partially_enforced" {
+        receipt.gap(
+            Capability::Fs,
+            format!(
+                "landlock ABI {} enforces only part of the requested rights",
+                enforced.landlock_abi
+            ),
+        );
+    }
     for (capability, reason) in &pre.gaps {
         receipt.gap(*capability, reason.clone());
     }
@@ -449,6 +596,7 @@ fn finish(
 
 fn receipt(
     spec: &Spec,
+    command: &Command,
     caps: &Caps,
     host: &HostProbe,
     enforced: &Enforced,
@@ -480,7 +628,7 @@ fn receipt(
             if rw.is_empty() { "none" } else { &rw }
         ),
     );
-    if enforced.landlock_abi > 0 {
+    if enforced.landlock_status != "not_enforced" {
         r.enforce(
             Capability::Fs,
             format!("landlock ABI {}", enforced.landlock_abi),
@@ -506,7 +654,7 @@ fn receipt(
             "host network shared (net: host, unrestricted by request)",
         ),
     }
-    let keys: Vec<&str> = spec
+    let keys: Vec<&str> = command
         .env
         .iter()
         .filter_map(|e| e.split('=').next())

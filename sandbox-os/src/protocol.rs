@@ -1,9 +1,10 @@
 //! The wire protocol between the host library and the `strata-helper` binary.
 //!
 //! One `AF_UNIX` stream socket (fd 3 in the helper) carries length-prefixed JSON frames:
-//! the host sends one [`Spec`] and later, optionally, [`HostMessage::Kill`]; the helper sends
-//! [`Event`]s. The host closing its end means "the embedder is gone": the helper kills the
-//! sandbox at once.
+//! the host sends one [`Spec`] (the sandbox's shape), then [`HostMessage::Run`] with the
+//! [`Command`] — at once for a cold run, later for a pre-started (warm) sandbox — and
+//! optionally [`HostMessage::Kill`]; the helper sends [`Event`]s. The host closing its end
+//! means "the embedder is gone": the helper kills the sandbox at once.
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
@@ -13,17 +14,12 @@ use serde::{Deserialize, Serialize};
 /// Largest frame either side accepts.
 pub const MAX_FRAME: usize = 16 << 20;
 
-/// Everything the helper needs to build the sandbox and start the tool. Built by the host
-/// from `Tool` + `Caps` (see `plan`), never by the tool.
+/// The shape of a sandbox: everything the helper needs to build it, but not what to run in
+/// it. Built by the host from `Caps` (see `plan`), never by the tool. Two runs with equal
+/// specs can use interchangeable pre-started sandboxes (the warm pool).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Spec {
-    /// Program to execute: a path inside the sandbox, or a name looked up in `PATH` of `env`.
-    pub program: String,
-    /// Full argv, including argv\[0\].
-    pub argv: Vec<String>,
-    /// Environment as `KEY=VALUE` strings.
-    pub env: Vec<String>,
     /// Working directory inside the sandbox.
     pub workdir: PathBuf,
     /// Workdir is private scratch space (not inside a mount), created by the helper.
@@ -46,12 +42,69 @@ pub struct Spec {
     pub gid: u32,
     /// Resource limits applied with `setrlimit` just before exec.
     pub rlimits: Vec<RlimitSpec>,
-    /// Wall-clock limit in milliseconds, enforced by the helper (the host has a backstop).
-    pub timeout_ms: u64,
+    /// Install landlock rules (false only in best-effort mode on kernels without landlock).
+    pub landlock: bool,
     /// Refuse to run unless landlock is enforced.
     pub require_landlock: bool,
     /// Cgroup `cgroup.procs` files the helper joins before creating namespaces.
     pub cgroup_procs: Vec<PathBuf>,
+    /// Simulated failure of one layer, for fail-closed tests. Never set by callers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
+    /// Container runs: an image's root file system becomes the root (an overlay with a
+    /// private writable layer) instead of an empty tmpfs. `None` for process runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageRootSpec>,
+}
+
+/// The root of a container run: an overlay of the unpacked image (read-only lower layer)
+/// and a writable upper layer that is private to the run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ImageRootSpec {
+    /// Canonical host path of the unpacked image (opened with `RESOLVE_NO_SYMLINKS`); never
+    /// written.
+    pub lower: PathBuf,
+    /// Canonical host directory that keeps the writable layer between runs (its `upper`
+    /// and `work` subdirectories). `None`: the writable layer lives on the run's
+    /// size-capped scratch tmpfs and disappears with the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<PathBuf>,
+    /// Top-level directories (and files) of the image that landlock grants full access
+    /// (read, write, execute) beneath: the run's private copy of the image.
+    pub writable: Vec<PathBuf>,
+    /// Top-level directories that hold a granted mount: landlock grants them read and
+    /// execute only, so the mount's own rights are not widened.
+    pub readable: Vec<PathBuf>,
+}
+
+/// A layer whose failure a test simulates in the helper.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// `unshare` of the namespaces fails with `EPERM`.
+    Namespaces,
+    /// landlock reports that it is not enforced.
+    Landlock,
+    /// Installing the seccomp filter fails.
+    Seccomp,
+    /// Joining the run's cgroup fails with `EACCES`.
+    Cgroup,
+}
+
+/// What to run in a built sandbox.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Command {
+    /// Program to execute: a path inside the sandbox, or a name looked up in `PATH` of `env`.
+    pub program: String,
+    /// Full argv, including argv\[0\].
+    pub argv: Vec<String>,
+    /// Environment as `KEY=VALUE` strings.
+    pub env: Vec<String>,
+    /// Wall-clock limit in milliseconds from the moment the helper receives the command,
+    /// enforced by the helper (the host has a backstop).
+    pub timeout_ms: u64,
 }
 
 /// A symlink in the new root.
@@ -135,6 +188,11 @@ pub enum Rlimit {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum HostMessage {
+    /// Run this command in the sandbox (once; the sandbox is single-use).
+    Run {
+        /// The command.
+        command: Command,
+    },
     /// Kill the sandbox now; `reason` is echoed in [`Event::Exited`].
     Kill {
         /// Why (e.g. `"output"`, `"cancelled"`).
@@ -146,11 +204,13 @@ pub enum HostMessage {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
-    /// The sandbox is built and the tool was executed.
-    Started {
+    /// The sandbox is built and waits for its command.
+    Ready {
         /// What the helper enforced.
         enforced: Enforced,
     },
+    /// The tool was executed.
+    Started,
     /// Building the sandbox failed; the tool never ran.
     SetupFailed {
         /// The step.

@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::fs_policy::DEVICES;
-use crate::protocol::{MountSpec, Spec};
+use crate::protocol::{ImageRootSpec, MountSpec, Spec};
 use crate::sys;
 
 /// A failed step, named for the error the caller sees.
@@ -120,18 +120,22 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
     }
     let scratch = scratch_tmpfs(spec)?;
 
-    // 2. The new root: a small tmpfs on a staging directory of this (private) namespace.
+    // 2. The new root: a small tmpfs on a staging directory of this (private) namespace, or
+    //    for a container run the image under a private writable layer.
     let staging = staging_dir();
-    step(
-        || format!("mount root tmpfs on {}", staging.display()),
-        sys::mount(
-            Some("strata-root"),
-            &staging,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some("size=1m,nr_inodes=4096,mode=0755"),
-        ),
-    )?;
+    match &spec.image {
+        None => step(
+            || format!("mount root tmpfs on {}", staging.display()),
+            sys::mount(
+                Some("strata-root"),
+                &staging,
+                Some("tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some("size=1m,nr_inodes=4096,mode=0755"),
+            ),
+        )?,
+        Some(image) => mount_image_root(image, &scratch, &staging)?,
+    }
     let root = step(
         || "open new root".into(),
         sys::openat2(
@@ -145,6 +149,14 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
     // tmpfs), never on a host mount.
     let own_devs = [dev_of(root.as_raw_fd())?, dev_of(scratch.as_raw_fd())?];
     let ours = |fd: RawFd| dev_of(fd).map(|d| own_devs.contains(&d));
+    let is_image = spec.image.is_some();
+    if is_image {
+        // The image's own /dev, /proc and /tmp may be anything (a symlink to a host-looking
+        // path, a file): replace whatever is not a directory, then cover them with mounts.
+        for name in ["dev", "proc", "tmp"] {
+            reserve_dir(root.as_raw_fd(), name)?;
+        }
+    }
 
     for link in &spec.links {
         let rel = relative(&link.path)?;
@@ -168,10 +180,12 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
     }
 
     // /dev: its own tiny tmpfs, the device nodes as bind mounts, and standard links.
-    step(
-        || "create /dev".into(),
-        sys::mkdirat(root.as_raw_fd(), Path::new("dev"), 0o755),
-    )?;
+    if !is_image {
+        step(
+            || "create /dev".into(),
+            sys::mkdirat(root.as_raw_fd(), Path::new("dev"), 0o755),
+        )?;
+    }
     let dev_dir = staging.join("dev");
     step(
         || "mount /dev tmpfs".into(),
@@ -212,10 +226,12 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
     )?;
 
     // Scratch space: /tmp, /dev/shm and (when private) the workdir share one capped tmpfs.
-    step(
-        || "create /tmp".into(),
-        sys::mkdirat(root.as_raw_fd(), Path::new("tmp"), 0o755),
-    )?;
+    if !is_image {
+        step(
+            || "create /tmp".into(),
+            sys::mkdirat(root.as_raw_fd(), Path::new("tmp"), 0o755),
+        )?;
+    }
     attach_scratch_dir(&scratch, "tmp", root.as_raw_fd(), Path::new("tmp"))?;
     attach_scratch_dir(&scratch, "shm", root.as_raw_fd(), Path::new("dev/shm"))?;
     step(
@@ -246,10 +262,12 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
 
     // /proc for the new pid namespace, mounted while the host's /proc is still visible
     // (the kernel refuses a new procfs in a user namespace otherwise).
-    step(
-        || "create /proc".into(),
-        sys::mkdirat(root.as_raw_fd(), Path::new("proc"), 0o555),
-    )?;
+    if !is_image {
+        step(
+            || "create /proc".into(),
+            sys::mkdirat(root.as_raw_fd(), Path::new("proc"), 0o555),
+        )?;
+    }
     let proc_dir = staging.join("proc");
     step(
         || "mount /proc".into(),
@@ -303,11 +321,14 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
         }
     }
 
-    // Seal the root and switch to it.
-    step(
-        || "make root read-only".into(),
-        sys::mount_setattr(root.as_raw_fd(), false, MOUNT_ATTR_RDONLY, 0),
-    )?;
+    // Seal the root and switch to it. An image root stays writable: its writes land in
+    // the run's private upper layer.
+    if !is_image {
+        step(
+            || "make root read-only".into(),
+            sys::mount_setattr(root.as_raw_fd(), false, MOUNT_ATTR_RDONLY, 0),
+        )?;
+    }
     drop(root);
     step(
         || "enter new root".into(),
@@ -327,6 +348,92 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
         memfd_noexec,
         scratch: Some(scratch),
     })
+}
+
+/// Mounts the image as an overlay on `staging`: the unpacked image as the read-only lower
+/// layer (opened without following symlinks and passed by fd), and a writable upper layer
+/// on the run's scratch tmpfs (so it shares the disk limit and dies with the run) or in a
+/// kept workspace directory.
+fn mount_image_root(
+    image: &ImageRootSpec,
+    scratch: &OwnedFd,
+    staging: &Path,
+) -> Result<(), StepError> {
+    let open_dir_nofollow = |path: &Path, what: &str| {
+        step(
+            || {
+                format!(
+                    "open {what} {} (it must exist and contain no symlinks)",
+                    path.display()
+                )
+            },
+            sys::openat2(
+                libc::AT_FDCWD,
+                path,
+                (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+            ),
+        )
+    };
+    let lower = open_dir_nofollow(&image.lower, "image")?;
+    let layer_dir = match &image.workspace {
+        Some(workspace) => open_dir_nofollow(workspace, "workspace")?,
+        None => step(
+            || "open scratch".into(),
+            sys::openat2(
+                scratch.as_raw_fd(),
+                Path::new("."),
+                (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+                0,
+            ),
+        )?,
+    };
+    // In the scratch tmpfs, "work" is the private workdir: the overlay's are prefixed.
+    let (upper, work) = match image.workspace {
+        Some(_) => ("upper", "work"),
+        None => ("overlay-upper", "overlay-work"),
+    };
+    for dir in [upper, work] {
+        step(
+            || format!("create overlay {dir} directory"),
+            sys::mkdirat(layer_dir.as_raw_fd(), Path::new(dir), 0o755),
+        )?;
+        // Refuse a symlink planted in a kept workspace.
+        open_path(layer_dir.as_raw_fd(), Path::new(dir), true)?;
+    }
+    let options = format!(
+        "lowerdir=/proc/self/fd/{lower},upperdir=/proc/self/fd/{layers}/{upper},workdir=/proc/self/fd/{layers}/{work},userxattr",
+        lower = lower.as_raw_fd(),
+        layers = layer_dir.as_raw_fd(),
+    );
+    step(
+        || "mount the image (overlay)".into(),
+        sys::mount(
+            Some("strata-image"),
+            staging,
+            Some("overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&options),
+        ),
+    )
+}
+
+/// Makes `/name` in an image root a real directory: a symlink, file or device the image
+/// put there is removed (only in the run's upper layer), never followed.
+fn reserve_dir(root: RawFd, name: &str) -> Result<(), StepError> {
+    let path = Path::new(name);
+    match open_path(root, path, true) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(_) => step(
+            || format!("replace the image's /{name}"),
+            sys::unlinkat(root, path, 0),
+        )?,
+    }
+    step(
+        || format!("create /{name} in the image root"),
+        sys::mkdirat(root, path, 0o755),
+    )
 }
 
 fn staging_dir() -> PathBuf {

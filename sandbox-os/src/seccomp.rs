@@ -3,16 +3,18 @@
 //! Two filters are installed, both checking the architecture first (a syscall made through
 //! another ABI, such as `int 0x80`, kills the process):
 //!
-//! 1. The **allowlist** ([`ALLOWED`]): listed syscalls pass; every other syscall, including
-//!    new ones the table does not know yet and x32-ABI numbers, fails with `ENOSYS` so
-//!    programs fall back to older calls (glibc retries `clone3`, whose flags seccomp cannot
-//!    inspect, as `clone`).
-//! 2. The **denylist** ([`DENIED`] and [`DENIED_WHEN`]): syscalls that let a tool reach
-//!    beyond its sandbox fail with `EPERM`, also when an argument (a namespace flag to
-//!    `clone`, a terminal-injection `ioctl`, a socket family) is what makes them dangerous.
-//!    Installed last, it is evaluated first, so its `EPERM` wins.
+//! 1. The **table** ([`ALLOWED`], [`DENIED`]), compiled to a binary search: listed
+//!    syscalls pass; denied ones, which let a tool reach beyond its sandbox, fail with
+//!    `EPERM`; every other syscall, including new ones the table does not know yet and
+//!    x32-ABI numbers, fails with `ENOSYS` so programs fall back to older calls (glibc
+//!    retries `clone3`, whose flags seccomp cannot inspect, as `clone`).
+//! 2. The **argument rules** ([`DENIED_WHEN`]): `EPERM` when an argument (a namespace flag
+//!    to `clone`, a terminal-injection `ioctl`, a socket family) is what makes an otherwise
+//!    allowed syscall dangerous. Installed last, it is evaluated first.
 
 use std::collections::BTreeMap;
+
+use crate::seccomp_table;
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -180,9 +182,9 @@ pub const ALLOWED: &[Allowed] = allow! {
     SYS_getpgrp => "process group",
     SYS_getsid => "session id",
     SYS_setsid => "new session (daemonizing tools)",
-    SYS_getuid => "uid",
+    SYS_getuid => "own uid",
     SYS_geteuid => "effective uid",
-    SYS_getgid => "gid",
+    SYS_getgid => "own gid",
     SYS_getegid => "effective gid",
     SYS_getresuid => "uids",
     SYS_getresgid => "gids",
@@ -505,19 +507,28 @@ fn condition(arg: u8, cmp: Cmp, value: u64) -> Result<SeccompCondition, BuildErr
     }
 }
 
-/// Builds the two BPF programs, allowlist first. Pure: nothing is installed.
+/// The syscall table as (number, action) pairs: allowed syscalls `SECCOMP_RET_ALLOW`,
+/// denied ones `EPERM`.
+pub fn table() -> Vec<(u32, u32)> {
+    let allowed = ALLOWED
+        .iter()
+        .map(|a| (a.nr as u32, seccomp_table::RET_ALLOW));
+    let denied = DENIED
+        .iter()
+        .map(|d| (d.nr as u32, seccomp_table::RET_ERRNO | libc::EPERM as u32));
+    allowed.chain(denied).collect()
+}
+
+/// Builds the two BPF programs. Pure: nothing is installed.
+///
+/// 1. The table filter (binary search, [`crate::seccomp_table`]): architecture check, then
+///    allowed / `EPERM` / default `ENOSYS`.
+/// 2. The argument filter (seccompiler): [`DENIED_WHEN`] rules fail with `EPERM`,
+///    everything else passes to the table's verdict.
 pub fn build() -> Result<[BpfProgram; 2], BuildError> {
-    let arch = TargetArch::x86_64;
-    let allow: BTreeMap<i64, Vec<SeccompRule>> =
-        ALLOWED.iter().map(|a| (a.nr, Vec::new())).collect();
-    let allowlist = SeccompFilter::new(
-        allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        SeccompAction::Allow,
-        arch,
-    )?;
-    let mut deny: BTreeMap<i64, Vec<SeccompRule>> =
-        DENIED.iter().map(|d| (d.nr, Vec::new())).collect();
+    let table_filter =
+        seccomp_table::compile(&table(), seccomp_table::RET_ERRNO | libc::ENOSYS as u32);
+    let mut deny: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for when in DENIED_WHEN {
         let rules = when
             .rules
@@ -532,17 +543,18 @@ pub fn build() -> Result<[BpfProgram; 2], BuildError> {
             .collect::<Result<Vec<_>, _>>()?;
         deny.insert(when.nr, rules);
     }
-    let denylist = SeccompFilter::new(
+    let argument_filter = SeccompFilter::new(
         deny,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
-        arch,
+        TargetArch::x86_64,
     )?;
-    Ok([allowlist.try_into()?, denylist.try_into()?])
+    Ok([table_filter, argument_filter.try_into()?])
 }
 
-/// Installs both filters on the calling thread (inherited by children). Requires
-/// `no_new_privs` or CAP_SYS_ADMIN.
+/// Installs both filters on the calling thread (inherited by children), the table first so
+/// the argument filter, installed last and evaluated first, decides for argument rules.
+/// Requires `no_new_privs` or CAP_SYS_ADMIN.
 pub fn install(programs: &[BpfProgram; 2]) -> Result<(), seccompiler::Error> {
     for program in programs {
         seccompiler::apply_filter(program)?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_core::{Error, Result, RunContext, Stream};
 
-use crate::protocol::{self, Event, FrameBuffer, HostMessage, Spec};
+use crate::protocol::{self, Command, Event, FrameBuffer, HostMessage, Spec};
 use crate::sys;
 
 /// Extra time the host grants the helper past the deadline before killing it itself.
@@ -68,40 +68,31 @@ struct OutputStream {
     which: Stream,
 }
 
-/// Runs the helper for `spec` and returns what happened.
-pub fn run(
-    helper: &Path,
-    spec: &Spec,
-    stdin: &[u8],
-    output_limit: u64,
-    ctx: &RunContext,
-) -> Result<Outcome> {
-    let internal = |what: &str| {
-        let what = what.to_string();
-        move |e: std::io::Error| Error::internal(what, e)
-    };
-    let start = Instant::now();
+/// A helper that received its [`Spec`] and is building (or has built) the sandbox. Dropping
+/// it kills the helper and everything in the sandbox.
+pub struct Prepared {
+    child: Helper,
+    control: UnixStream,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    stdin: OwnedFd,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("pid", &self.child.pid)
+            .finish()
+    }
+}
+
+/// Spawns the helper and sends it the sandbox's shape. Returns at once; the helper builds
+/// the sandbox in the background and waits for [`run`].
+pub fn prepare(helper: &Path, spec: &Spec) -> Result<Prepared> {
     let (control, control_child) = UnixStream::pair().map_err(internal("control socket"))?;
     let (out_r, out_w) = sys::pipe().map_err(internal("stdout pipe"))?;
     let (err_r, err_w) = sys::pipe().map_err(internal("stderr pipe"))?;
     let (in_r, in_w) = sys::pipe().map_err(internal("stdin pipe"))?;
-    let (wake_r, wake_w) = sys::pipe().map_err(internal("wake pipe"))?;
-
-    // Small stdin goes into the pipe buffer before the tool starts; the rest is streamed.
-    let mut stdin_rest: &[u8] = stdin;
-    sys::set_nonblocking(in_w.as_raw_fd()).map_err(internal("stdin pipe"))?;
-    let mut stdin_w = Some(in_w);
-    if !stdin.is_empty() {
-        if let Some(w) = &stdin_w {
-            let want = stdin.len().min(1 << 20) as libc::c_int;
-            let _ = sys::set_pipe_size(w.as_raw_fd(), want);
-            write_some(w, &mut stdin_rest);
-        }
-    }
-    if stdin_rest.is_empty() {
-        stdin_w = None; // EOF for the tool once it has read what is buffered
-    }
-
     let pid = sys::spawn_with_fds(
         helper,
         &["strata-helper", "run"],
@@ -113,12 +104,75 @@ pub fn run(
         ],
     )
     .map_err(|e| Error::internal(format!("spawn helper {}", helper.display()), e))?;
-    let mut child = Helper { pid, reaped: false };
+    let prepared = Prepared {
+        child: Helper { pid, reaped: false },
+        control,
+        stdout: out_r,
+        stderr: err_r,
+        stdin: in_w,
+    };
     drop((in_r, out_w, err_w, control_child));
-
     let mut frame = Vec::new();
     protocol::write_frame(&mut frame, spec).map_err(internal("encode spec"))?;
-    sys::send_all(control.as_raw_fd(), &frame).map_err(internal("send spec to helper"))?;
+    sys::send_all(prepared.control.as_raw_fd(), &frame).map_err(internal("send spec to helper"))?;
+    Ok(prepared)
+}
+
+fn internal(what: &str) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.to_string();
+    move |e| Error::internal(what, e)
+}
+
+/// Watches the CPU time of the whole sandbox (a cgroup counter) against a limit.
+pub struct CpuWatch<'a> {
+    /// Reads the CPU time used so far, microseconds.
+    pub usage_us: &'a dyn Fn() -> Option<u64>,
+    /// The limit, microseconds.
+    pub limit_us: u64,
+}
+
+/// How often the CPU counter is read while a run is going.
+const CPU_CHECK: Duration = Duration::from_millis(100);
+
+/// Runs `command` in a prepared sandbox and returns what happened. The helper is always
+/// reaped before this returns.
+pub fn run(
+    prepared: Prepared,
+    command: &Command,
+    stdin: &[u8],
+    output_limit: u64,
+    cpu: Option<CpuWatch<'_>>,
+    ctx: &RunContext,
+) -> Result<Outcome> {
+    let start = Instant::now();
+    let Prepared {
+        mut child,
+        control,
+        stdout,
+        stderr,
+        stdin: in_w,
+    } = prepared;
+    let (wake_r, wake_w) = sys::pipe().map_err(internal("wake pipe"))?;
+
+    // Small stdin goes into the pipe buffer before the tool starts; the rest is streamed.
+    let mut stdin_rest: &[u8] = stdin;
+    sys::set_nonblocking(in_w.as_raw_fd()).map_err(internal("stdin pipe"))?;
+    if !stdin.is_empty() {
+        let want = stdin.len().min(1 << 20) as libc::c_int;
+        let _ = sys::set_pipe_size(in_w.as_raw_fd(), want);
+        write_some(&in_w, &mut stdin_rest);
+    }
+    let mut stdin_w = (!stdin_rest.is_empty()).then_some(in_w);
+
+    let mut frame = Vec::new();
+    protocol::write_frame(
+        &mut frame,
+        &HostMessage::Run {
+            command: command.clone(),
+        },
+    )
+    .map_err(internal("encode command"))?;
+    sys::send_all(control.as_raw_fd(), &frame).map_err(internal("send command to helper"))?;
 
     let wake_w = Arc::new(wake_w);
     let waker = Arc::clone(&wake_w);
@@ -127,8 +181,8 @@ pub fn run(
     });
 
     for fd in [
-        out_r.as_raw_fd(),
-        err_r.as_raw_fd(),
+        stdout.as_raw_fd(),
+        stderr.as_raw_fd(),
         control.as_raw_fd(),
         wake_r.as_raw_fd(),
     ] {
@@ -136,14 +190,14 @@ pub fn run(
     }
     let mut streams = [
         OutputStream {
-            fd: out_r,
+            fd: stdout,
             open: true,
             kept: Vec::new(),
             truncated: false,
             which: Stream::Stdout,
         },
         OutputStream {
-            fd: err_r,
+            fd: stderr,
             open: true,
             kept: Vec::new(),
             truncated: false,
@@ -155,7 +209,7 @@ pub fn run(
     let mut control_open = true;
     let mut exited = false;
     let mut kill_sent = false;
-    let backstop = start + Duration::from_millis(spec.timeout_ms) + BACKSTOP;
+    let backstop = start + Duration::from_millis(command.timeout_ms) + BACKSTOP;
     let mut buf = vec![0u8; 64 * 1024];
     let limit = usize::try_from(output_limit).unwrap_or(usize::MAX);
 
@@ -182,9 +236,11 @@ pub fn run(
             outcome.backstop_killed = true;
             break;
         }
-        let timeout = i32::try_from((backstop - now).as_millis())
-            .unwrap_or(i32::MAX)
-            .max(1);
+        let mut wait = backstop - now;
+        if cpu.is_some() && !kill_sent {
+            wait = wait.min(CPU_CHECK);
+        }
+        let timeout = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(1);
         let mut fds = [
             pollfd(
                 streams[0].open.then(|| streams[0].fd.as_raw_fd()),
@@ -199,6 +255,12 @@ pub fn run(
             pollfd(Some(wake_r.as_raw_fd()), libc::POLLIN),
         ];
         sys::poll(&mut fds, timeout).map_err(internal("poll"))?;
+        if let Some(watch) = &cpu {
+            if !kill_sent && (watch.usage_us)().is_some_and(|used| used >= watch.limit_us) {
+                send_kill("cpu");
+                kill_sent = true;
+            }
+        }
 
         if fds[2].revents != 0 {
             loop {

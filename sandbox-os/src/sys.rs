@@ -68,7 +68,17 @@ pub fn spawn_with_fds(program: &Path, argv: &[&str], fds: &[RawFd]) -> io::Resul
         }
     }
     let result = (|| -> io::Result<libc::pid_t> {
-        let high_base = 100 + fds.len() as RawFd;
+        // Above every source fd: a fixed base (it was 100) collides with the sources once
+        // the embedding process has that many fds open (a server, or 100 concurrent runs
+        // in one Python process), and the helper then gets another file as its stdio or
+        // control socket.
+        let high_base = fds
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(fds.len() as RawFd)
+            + 1;
         for (i, fd) in fds.iter().enumerate() {
             // SAFETY: `actions` was initialized above; fds are plain integers.
             let rc = unsafe {
@@ -626,6 +636,13 @@ pub fn mkdirat(dirfd: RawFd, path: &Path, mode: libc::mode_t) -> io::Result<()> 
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
         other => other.map(drop),
     }
+}
+
+/// `unlinkat(dirfd, path, flags)`: never follows a symlink in the last component.
+pub fn unlinkat(dirfd: RawFd, path: &Path, flags: libc::c_int) -> io::Result<()> {
+    let path = cstring(path)?;
+    // SAFETY: NUL-terminated path.
+    check(unsafe { libc::unlinkat(dirfd, path.as_ptr(), flags) }).map(drop)
 }
 
 /// Creates an empty file at `path` relative to `dirfd` (a bind-mount target).

@@ -1,38 +1,65 @@
-//! Strata's WebAssembly backend (wasmtime + WASI).
+//! Strata's WebAssembly backend: wasmtime with WASI preview 1 (core modules) and preview 2
+//! (components), for pure-compute tools and for Python and JavaScript code run by
+//! interpreters compiled to WASI.
 //!
-//! Not implemented yet: [`WasmBackend::run`] returns [`sandbox_core::Error::BackendUnavailable`]
-//! so nothing pretends to be sandboxed.
+//! # How caps map
+//!
+//! | caps | in this backend |
+//! |---|---|
+//! | `mounts` | WASI preopened directories at the guest paths; read-only mounts refuse every mutation. A mount must be a directory. Nothing else of the host is visible (no system directories: modules need none). |
+//! | `env` | exactly the listed variables; the host environment is never inherited |
+//! | `net` | `none`: no sockets. `allow`: TCP connect to IP-address rules only (host-name rules are unenforceable here). `host`: unrestricted WASI sockets, listed as a gap. |
+//! | `stdin` | the bytes given, then end of file |
+//! | `workdir` | the component's initial directory; must be inside a mount |
+//! | `limits.timeout` | epoch interruption every tick plus an async deadline that also cuts blocking WASI calls |
+//! | `limits.cpu_time` | the running thread's CPU clock, checked every tick |
+//! | `limits.memory` (and `address_space`) | a `ResourceLimiter` budget over all linear memories and tables |
+//! | `limits.output` | per-stream capture; writing past it ends the run (`LimitKind::Output`), keeping exactly the limit |
+//! | `limits.disk`, `limits.file_size` | metered WASI writes into read-write preopens (see `quota`) |
+//! | `limits.open_files` | capacity of the WASI resource table |
+//! | `limits.processes` | trivially held: WASI cannot create processes and wasm threads are off |
+//!
+//! Traps (out-of-bounds access, stack overflow, `unreachable`) end a run with
+//! `ExitStatus::Trapped`; they never take the host down. Optional fuel gives deterministic
+//! budgets (`LimitKind::Fuel`).
+//!
+//! # Speed
+//!
+//! One engine per backend; compiled modules are cached in memory as `InstancePre`s keyed by
+//! content hash and on disk as precompiled artifacts; instances come from the pooling
+//! allocator with copy-on-write memory images.
+//!
+//! # Layering
+//!
+//! With [`Layering`] the engine runs inside another backend (the process sandbox) through
+//! the `strata-wasm-host` binary, so an engine escape still meets that sandbox.
 
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
-use sandbox_core::{
-    Backend, BackendKind, BackendReport, Caps, Error, Result, RunContext, RunOutput, Tool,
+mod backend;
+mod cache;
+mod capture;
+pub mod config;
+mod engine;
+mod exec;
+mod executor;
+mod frame;
+mod layered;
+mod limiter;
+mod linkers;
+mod plan;
+mod program;
+mod quota;
+mod receipt;
+mod script;
+mod state;
+mod ticker;
+mod wasi;
+
+pub use backend::WasmBackend;
+pub use config::{
+    default_cache_dir, default_interpreter_dir, find_wasm_host, Layering, WasmConfig,
 };
-
-/// The WebAssembly backend.
-#[derive(Debug, Default)]
-pub struct WasmBackend {}
-
-impl WasmBackend {
-    /// Creates the backend.
-    pub fn new() -> Result<Self> {
-        Ok(WasmBackend {})
-    }
-}
-
-const NOT_BUILT: &str = "the wasm backend is not implemented in this build";
-
-impl Backend for WasmBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Wasm
-    }
-
-    fn run(&self, _tool: &Tool, _caps: &Caps, _ctx: &RunContext) -> Result<RunOutput> {
-        Err(Error::unavailable(BackendKind::Wasm, NOT_BUILT))
-    }
-
-    fn report(&self) -> BackendReport {
-        BackendReport::unavailable(BackendKind::Wasm, NOT_BUILT)
-    }
-}
+pub use layered::host_main;
+pub use script::{FETCH_SCRIPT, PYTHON_FILE, QUICKJS_FILE};

@@ -1,0 +1,491 @@
+/// <reference types="node" />
+/**
+ * strata-sandbox: run AI-agent tools (model-written code and commands) inside sandboxes,
+ * from Node.js.
+ *
+ * ```ts
+ * import { Sandbox, Tool } from 'strata-sandbox'
+ *
+ * const sandbox = new Sandbox()
+ * const result = await sandbox.run(Tool.script('python', 'print(6 * 7)'), { timeoutMs: 5000 })
+ * console.log(result.exitCode, result.stdout, result.receipt)
+ * ```
+ *
+ * Caps deny by default: a run sees no host files but the read-only system directories a
+ * program needs to start, gets no network and an empty environment, and every limit has a
+ * safe default. Runs happen on a native thread pool, so `await sandbox.run()` never blocks
+ * the event loop.
+ *
+ * @packageDocumentation
+ */
+
+// ---------------------------------------------------------------------------------------
+// Sandbox
+
+/** Which isolation backend runs a tool. */
+export type BackendName = 'auto' | 'process' | 'wasm' | 'container' | 'microvm'
+
+/** Options of {@link Sandbox}. Unknown keys are rejected with {@link InvalidRequestError}. */
+export interface SandboxOptions {
+  /**
+   * The backend. Default `'auto'`: WebAssembly modules run on `wasm`, commands and scripts
+   * on `process` (Linux namespaces, landlock, seccomp, cgroups). `container` and `microvm`
+   * report themselves unavailable until they are built.
+   */
+  backend?: BackendName
+  /**
+   * Default `true`: a run whose caps cannot be fully enforced on this host is refused
+   * ({@link UnenforceableError}) before anything runs. `false` runs it best-effort and lists
+   * each gap in `receipt.gaps`.
+   */
+  strict?: boolean
+  /**
+   * Path of the `strata-helper` binary the process backend starts. Default:
+   * `$STRATA_HELPER` when set, else the one installed with this package ({@link helperPath}).
+   */
+  helper?: string
+}
+
+/** Options of one {@link Sandbox.run}. Unknown keys are rejected with {@link InvalidRequestError}. */
+export interface RunOptions {
+  /**
+   * Aborting it kills the sandbox and everything in it; the promise then rejects with a
+   * {@link CancelledError} (`name` `'AbortError'`, `code` `'cancelled'`, `cause` the
+   * signal's reason). An already aborted signal rejects at once and nothing runs.
+   */
+  signal?: AbortSignal
+  /**
+   * Called with each chunk of standard output while the run goes on, in order, before the
+   * promise settles. Chunks are raw bytes (split anywhere, also inside a UTF-8 sequence).
+   * If the callback throws, the run is cancelled and the promise rejects with what it threw.
+   */
+  onStdout?: (chunk: Buffer) => void
+  /** Like {@link RunOptions.onStdout}, for standard error. */
+  onStderr?: (chunk: Buffer) => void
+  /**
+   * Default `false`: a run that exits non-zero or hits a limit resolves (it is data). With
+   * `true` it rejects with {@link ToolFailedError} or {@link LimitExceededError}, whose
+   * `result` holds the {@link RunResult}.
+   */
+  check?: boolean
+}
+
+/**
+ * Runs tools in sandboxes. Cheap to create; backends start on first use and are reused.
+ * Any number of runs may be in flight at once.
+ */
+export class Sandbox {
+  /**
+   * @throws {InvalidRequestError} for an unknown backend name or option.
+   * @throws {BackendUnavailableError} when the backend is not built into this addon.
+   */
+  constructor(options?: SandboxOptions)
+  /** The backend choice. */
+  readonly backend: BackendName
+  /** Whether runs whose caps cannot be fully enforced are refused (the default). */
+  readonly strict: boolean
+  /**
+   * Runs `tool` with `caps` (default: `{}`, deny by default) and resolves when the run and
+   * everything it started are gone.
+   *
+   * A run that happened resolves, whatever its exit code: check `exitCode`, `timedOut` and
+   * `limit`. The promise rejects with a {@link StrataError} subclass when the run was
+   * refused or failed: {@link InvalidRequestError} for bad input (nothing ran),
+   * {@link UnenforceableError}, {@link BackendUnavailableError}, {@link SetupFailedError},
+   * {@link CancelledError}, {@link InternalError}.
+   */
+  run(tool: ToolInput, caps?: Caps | null, options?: RunOptions): Promise<RunResult>
+}
+
+// ---------------------------------------------------------------------------------------
+// Tools
+
+/** Languages of {@link Tool.script}. */
+export type ScriptLanguage = 'python' | 'javascript' | 'sh'
+
+/** Execute a program directly (never through a shell). */
+export interface CommandTool {
+  readonly kind: 'command'
+  /** Program and arguments; `argv[0]` is a path in the sandbox or a name looked up in `PATH`. */
+  readonly argv: readonly string[]
+}
+
+/** Run source code with the backend's interpreter (`python3 -c`, `node -e`, `/bin/sh -c`). */
+export interface ScriptTool {
+  readonly kind: 'script'
+  readonly language: ScriptLanguage
+  readonly source: string
+}
+
+/** Run a WebAssembly module or component (WASI preview 1 or 2) on the `wasm` backend. */
+export interface WasmTool {
+  readonly kind: 'wasm'
+  /** Host path of the `.wasm` (or `.wat`) file. */
+  readonly module: string
+  /** Arguments after the program name. */
+  readonly args: readonly string[]
+}
+
+/** What {@link Sandbox.run} accepts: an argv array (a command) or a tool from {@link Tool}. */
+export type ToolInput = readonly string[] | CommandTool | ScriptTool | WasmTool
+
+/** Builders of tools. They only shape data; the request is checked when it runs. */
+export declare const Tool: {
+  /** A command: `Tool.command(['ls', '-l'])` (same as passing the array itself). */
+  command(argv: Iterable<string>): CommandTool
+  /** A script: `Tool.script('python', 'print(1)')`. */
+  script(language: ScriptLanguage, source: string): ScriptTool
+  /** A WebAssembly module with arguments (default none). */
+  wasm(module: string, args?: Iterable<string>): WasmTool
+}
+
+// ---------------------------------------------------------------------------------------
+// Caps
+
+/** A byte count, or a size string with a binary suffix: `'256M'`, `'1.5G'`, `'512K'`. */
+export type ByteSize = number | string
+
+/** One allowed network destination: `'example.com'`, `'example.com:443'`, `'*.pypi.org'`. */
+export type NetRule = string | { host: string; port?: number }
+
+/**
+ * Network policy. Default `'none'` (an empty network namespace). `'host'` shares the host's
+ * network (loud opt-in). An allowlist (`'allow:HOST[:PORT],...'`, an array of rules or
+ * `{ allow: [...] }`; an empty list denies everything) goes through an egress proxy; a
+ * backend that cannot enforce it refuses the run ({@link UnenforceableError}) rather than
+ * run unfiltered.
+ */
+export type Net = 'none' | 'host' | `allow:${string}` | readonly NetRule[] | { allow: readonly NetRule[] }
+
+/** A host path made visible in the sandbox. */
+export interface Mount {
+  /** Absolute host path (file or directory). */
+  host: string
+  /** Absolute path inside the sandbox. Default: the same as `host`. */
+  guest?: string
+  /** `'ro'` (default) or `'rw'`. */
+  access?: 'ro' | 'rw'
+}
+
+/**
+ * What a run may touch. Deny by default: every key is optional, and an omitted (or
+ * `undefined`/`null`) key keeps its default. Unknown keys are rejected with
+ * {@link InvalidRequestError} (a typo never drops a restriction).
+ */
+export interface Caps {
+  /** Host paths visible read-only at the same path. Default: none. */
+  readOnly?: string | readonly string[]
+  /** Host paths visible read-write at the same path. Default: none. */
+  readWrite?: string | readonly string[]
+  /** Mounts with a different sandbox path or explicit access. Default: none. */
+  mounts?: readonly Mount[]
+  /**
+   * Read-only system directories. Default `'runtime'` (`/usr`, `/bin`, `/sbin`, `/lib*`,
+   * `/etc/ld.so.cache`, `/etc/alternatives`); `'none'` for static binaries.
+   */
+  system?: 'runtime' | 'none'
+  /** Environment of the tool. Default: empty (never inherited from the host); `PATH`, `HOME=/tmp` and `LANG=C.UTF-8` are added when unset. */
+  env?: Record<string, string>
+  /** Network policy. Default `'none'`. */
+  net?: Net
+  /** Standard input. Default: empty. */
+  stdin?: string | Uint8Array
+  /** Working directory in the sandbox. Default `/tmp` (private, size-capped). */
+  workdir?: string
+  /** Wall-clock timeout in milliseconds; the whole process tree is killed. Default 30000. */
+  timeoutMs?: number
+  /** CPU time in milliseconds. Default 30000. */
+  cpuTimeMs?: number
+  /** Memory limit. Default `'512M'`. */
+  memory?: ByteSize
+  /** Processes and threads alive at once. Default 128. */
+  processes?: number
+  /** Bytes kept per output stream; more ends the run with limit `'output'`. Default `'1M'`. */
+  maxOutput?: ByteSize
+  /** Largest file the tool may write. Default `'64M'`. */
+  fileSize?: ByteSize
+  /** Open file descriptors. Default 1024. */
+  openFiles?: number
+  /** Bytes in the private `/tmp` and workdir together. Default `'64M'`. */
+  disk?: ByteSize
+  /** Address-space limit (`RLIMIT_AS`). Default: none (memory is capped by `memory`). */
+  addressSpace?: ByteSize
+}
+
+// ---------------------------------------------------------------------------------------
+// Results
+
+/** A limit that ended a run. */
+export type LimitKind = 'wall' | 'cpu' | 'memory' | 'pids' | 'output' | 'disk' | 'file_size' | 'fuel'
+
+/** Resources a run used, as far as the backend measures them. */
+export interface ResourceUsage {
+  /** User CPU time in microseconds. */
+  userCpuUs: number
+  /** System CPU time in microseconds. */
+  systemCpuUs: number
+  /** Peak memory in bytes. */
+  peakMemoryBytes: number
+}
+
+/** What a receipt speaks about: `fs`, `net`, `env`, `processes`, `syscalls`, `memory`, ... */
+export type Capability = string
+
+/** What was enforced for one run, per capability and mechanism. */
+export interface Receipt {
+  /** The backend that ran the tool (the outermost layer). */
+  backend: Exclude<BackendName, 'auto'>
+  /** Isolation layers from outermost to innermost. */
+  layers: Exclude<BackendName, 'auto'>[]
+  /** The strictness the run used. */
+  strictness: 'strict' | 'best_effort'
+  /** Every guarantee in force, e.g. `{ capability: 'fs', mechanism: 'landlock ABI 7', detail: '...' }`. */
+  enforced: { capability: Capability; mechanism: string; detail: string }[]
+  /** Guarantees asked for but not enforced (only when not strict). */
+  gaps: { capability: Capability; reason: string }[]
+  /** Denials and limit hits observed during the run. */
+  denials: { capability: Capability; detail: string }[]
+}
+
+/** The result of a run that happened. A non-zero exit is data, not an error. */
+export interface RunResult {
+  /** The exit code, or `null` when a signal or a limit ended the tool. */
+  exitCode: number | null
+  /** The signal that ended the tool, or `null`. */
+  signal: number | null
+  /** Whether the wall-clock timeout ended the run (`limit === 'wall'`). */
+  timedOut: boolean
+  /** The limit that ended the run, or `null`. */
+  limit: LimitKind | null
+  /** Whether the tool exited with code 0. */
+  success: boolean
+  /** How the run ended, as text: `'exit code 0'`, `'wall limit exceeded'`, ... */
+  status: string
+  /** Captured standard output (at most `maxOutput` bytes), decoded as UTF-8; invalid bytes become U+FFFD. */
+  stdout: string
+  /** Captured standard error, like `stdout`. */
+  stderr: string
+  /** Whether stdout was cut at the output limit. */
+  stdoutTruncated: boolean
+  /** Whether stderr was cut at the output limit. */
+  stderrTruncated: boolean
+  /** Wall time of the sandboxed run in milliseconds, from sandbox start to its end. */
+  durationMs: number
+  /**
+   * Wall time of the native `Sandbox::run_with` call in milliseconds (setup, run and
+   * teardown). What `await sandbox.run()` takes beyond it is this binding's overhead.
+   */
+  nativeMs: number
+  /** Measured resource usage. */
+  usage: ResourceUsage
+  /** What was enforced, and what was denied. */
+  receipt: Receipt
+}
+
+/** Probes this host: which backends and guarantees are available here, and why not. */
+export declare function doctor(options?: { helper?: string }): DoctorReport
+
+/** The result of {@link doctor}. */
+export interface DoctorReport {
+  backends: {
+    backend: Exclude<BackendName, 'auto'>
+    /** Whether it can run tools here with its full guarantees. */
+    available: boolean
+    /** Why not, when unavailable. */
+    reason: string | null
+    /** Each probed fact it relies on. */
+    checks: { name: string; ok: boolean; detail: string }[]
+  }[]
+}
+
+/** The version of the native addon. */
+export declare const version: string
+
+/** Path of the `strata-helper` binary installed with this package (used unless `$STRATA_HELPER` or the `helper` option says otherwise). */
+export declare const helperPath: string
+
+// ---------------------------------------------------------------------------------------
+// Errors
+
+/** The stable `code` of each error kind. */
+export type ErrorCode =
+  | 'invalid_request'
+  | 'denied'
+  | 'backend_unavailable'
+  | 'unenforceable'
+  | 'limit_exceeded'
+  | 'tool_failed'
+  | 'cancelled'
+  | 'setup_failed'
+  | 'internal'
+
+/** Base class of every error Strata raises. Branch on `code` (or `instanceof`). */
+export class StrataError extends Error {
+  constructor(message: string, code?: ErrorCode, options?: ErrorOptions)
+  /** Stable per kind. */
+  readonly code: ErrorCode
+  /** For `backend_unavailable`: the backend. */
+  backend?: string
+  /** For `unenforceable`: the guarantee that cannot be enforced (e.g. `'fs: landlock'`). */
+  guarantee?: string
+  /** For `limit_exceeded`: the limit. */
+  limit?: LimitKind
+  /** For `setup_failed`: the setup step that failed. */
+  stage?: string
+  /** For errors of a `check`ed run that ran: its result. */
+  result?: RunResult
+}
+
+/** `invalid_request`: the request is malformed (bad caps, tool or option). Nothing ran. */
+export class InvalidRequestError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'invalid_request'
+}
+/** `denied`: a policy refused the request. Nothing ran. */
+export class DeniedError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'denied'
+}
+/** `backend_unavailable`: the backend cannot run on this host or is not built in. Nothing ran. */
+export class BackendUnavailableError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'backend_unavailable'
+}
+/** `unenforceable`: a guarantee the caps need cannot be enforced here (strict). Nothing ran. */
+export class UnenforceableError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'unenforceable'
+}
+/** `limit_exceeded`: a limit ended a `check`ed run (`result` holds it). */
+export class LimitExceededError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'limit_exceeded'
+}
+/** `tool_failed`: a `check`ed run exited non-zero or by a signal (`result` holds it). */
+export class ToolFailedError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'tool_failed'
+}
+/**
+ * `cancelled`: the run was aborted; everything it started was killed. Its `name` is
+ * `'AbortError'`, as frameworks expect of aborted work; `cause` is the signal's reason.
+ */
+export class CancelledError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'cancelled'
+}
+/** `setup_failed`: building the sandbox failed (`stage` names the step). Nothing of the tool ran. */
+export class SetupFailedError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'setup_failed'
+}
+/** `internal`: a bug or an unexpected host failure. */
+export class InternalError extends StrataError {
+  constructor(message: string, options?: ErrorOptions)
+  readonly code: 'internal'
+}
+
+// ---------------------------------------------------------------------------------------
+// Agent-framework adapters
+
+/** A JSON Schema object (the subset tool schemas use). */
+export interface JsonSchema {
+  type?: string
+  properties?: Record<string, JsonSchema>
+  items?: JsonSchema
+  required?: string[]
+  additionalProperties?: boolean
+  minItems?: number
+  description?: string
+  [key: string]: unknown
+}
+
+/** What a sandbox tool returns to the model. */
+export interface ToolOutput {
+  exitCode: number | null
+  signal: number | null
+  timedOut: boolean
+  limit: LimitKind | null
+  stdout: string
+  stderr: string
+  /** Whether stdout or stderr was cut at the output limit. */
+  truncated: boolean
+}
+
+/**
+ * The generic tool shape, for any framework that takes JSON-Schema tools: OpenAI function
+ * calling (`{ type: 'function', function: { name, description, parameters } }`), LangChain
+ * (`tool(execute, { name, description, schema: parameters })`), MCP servers, hand-written
+ * agent loops.
+ */
+export interface SandboxTool<Input> {
+  /** A tool name a model can call (`run_python`, `run_command`, ...). */
+  name: string
+  /** What the tool does and what the sandbox allows, written for the model. */
+  description: string
+  /** The JSON Schema of the input. */
+  parameters: JsonSchema
+  /**
+   * Runs the tool in the sandbox. Resolves with the output whatever the exit code; rejects
+   * with a {@link StrataError} (e.g. {@link InvalidRequestError} for a malformed input,
+   * {@link CancelledError} when `signal` aborts).
+   */
+  execute(input: Input, options?: { signal?: AbortSignal }): Promise<ToolOutput>
+}
+
+/** Options of {@link codeTool} and {@link commandTool}. */
+export interface SandboxToolOptions {
+  /** The sandbox to run in. Default: `new Sandbox()`. */
+  sandbox?: Sandbox
+  /** What every call may touch. Default: `{}` (no files, no network, default limits). */
+  caps?: Caps
+  /** The tool name. Default: `run_<language>` or `run_command`. */
+  name?: string
+  /** The description for the model. Default: one naming the language and what the caps allow. */
+  description?: string
+}
+
+/** Options of {@link codeTool}. */
+export interface CodeToolOptions extends SandboxToolOptions {
+  /** The language the model writes. Default `'python'`. */
+  language?: ScriptLanguage
+}
+
+/** A tool that runs model-written code (`{ code }`) in the sandbox. */
+export declare function codeTool(options?: CodeToolOptions): SandboxTool<{ code: string }>
+
+/** A tool that runs a command (`{ argv }`, executed without a shell) in the sandbox. */
+export declare function commandTool(options?: SandboxToolOptions): SandboxTool<{ argv: string[] }>
+
+/**
+ * An input schema the Vercel AI SDK accepts: a Standard Schema with JSON Schema
+ * conversion (ai v6+) that is also marked as a `jsonSchema()` schema (ai v5+).
+ */
+export interface AiSdkInputSchema<Input> {
+  readonly '~standard': {
+    readonly version: 1
+    readonly vendor: string
+    readonly validate: (value: unknown) => { readonly value: Input; readonly issues?: undefined }
+    readonly types?: { readonly input: unknown; readonly output: Input }
+    readonly jsonSchema: {
+      readonly input: (options: { readonly target: string }) => Record<string, unknown>
+      readonly output: (options: { readonly target: string }) => Record<string, unknown>
+    }
+  }
+  /** The JSON Schema sent to the model. */
+  readonly jsonSchema: JsonSchema
+}
+
+/** A Vercel AI SDK tool: the object `tool({ description, inputSchema, execute })` of `ai` returns. */
+export interface AiSdkTool<Input> {
+  description: string
+  inputSchema: AiSdkInputSchema<Input>
+  /** Runs the tool; the SDK's `abortSignal` kills the sandbox. */
+  execute(input: Input, options: { abortSignal?: AbortSignal }): Promise<ToolOutput>
+}
+
+/**
+ * The Vercel AI SDK form of a sandbox tool, for `generateText({ tools: { python:
+ * aiSdkTool(codeTool()) } })`. Needs nothing from `ai` at run time.
+ */
+export declare function aiSdkTool<Input>(tool: SandboxTool<Input>): AiSdkTool<Input>

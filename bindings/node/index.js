@@ -1,0 +1,329 @@
+'use strict'
+// strata-sandbox: run AI-agent tools in sandboxes from Node.js.
+//
+// A thin layer over the native addon (crate `strata-node`): it shapes arguments and
+// results, turns native errors into Error subclasses with a stable `code`, wires
+// AbortSignal and the streaming callbacks, and finds the packaged helper binary. Every
+// sandbox decision (validation, routing, enforcement) is made in Rust. Types and docs:
+// index.d.ts.
+
+const fs = require('node:fs')
+const { addonPath, helperPath } = require('./platform.js')
+
+let native
+try {
+  native = require(addonPath)
+} catch (error) {
+  const hint = fs.existsSync(addonPath)
+    ? 'it exists but does not load'
+    : "it is built by the package's install script: run `npm rebuild strata-sandbox` (needs Rust's cargo)"
+  throw new Error(`strata-sandbox: cannot load the native addon ${addonPath}: ${error.message} (${hint})`, {
+    cause: error,
+  })
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors
+
+/** Base class of every error Strata raises; `code` is stable per kind. */
+class StrataError extends Error {
+  constructor(message, code = 'internal', options) {
+    super(message, options)
+    this.code = code
+  }
+}
+
+function errorClass(name, code, base = StrataError) {
+  const cls = {
+    [name]: class extends base {
+      constructor(message, options) {
+        super(message, code, options)
+      }
+    },
+  }[name]
+  Object.defineProperty(cls.prototype, 'name', { value: name, writable: true, configurable: true })
+  return cls
+}
+
+StrataError.prototype.name = 'StrataError'
+const InvalidRequestError = errorClass('InvalidRequestError', 'invalid_request')
+const DeniedError = errorClass('DeniedError', 'denied')
+const BackendUnavailableError = errorClass('BackendUnavailableError', 'backend_unavailable')
+const UnenforceableError = errorClass('UnenforceableError', 'unenforceable')
+const LimitExceededError = errorClass('LimitExceededError', 'limit_exceeded')
+const ToolFailedError = errorClass('ToolFailedError', 'tool_failed')
+const CancelledError = errorClass('CancelledError', 'cancelled')
+// Frameworks recognise aborted work by `error.name === 'AbortError'`.
+Object.defineProperty(CancelledError.prototype, 'name', { value: 'AbortError', writable: true, configurable: true })
+const SetupFailedError = errorClass('SetupFailedError', 'setup_failed')
+const InternalError = errorClass('InternalError', 'internal')
+
+const ERROR_CLASSES = {
+  invalid_request: InvalidRequestError,
+  denied: DeniedError,
+  backend_unavailable: BackendUnavailableError,
+  unenforceable: UnenforceableError,
+  limit_exceeded: LimitExceededError,
+  tool_failed: ToolFailedError,
+  cancelled: CancelledError,
+  setup_failed: SetupFailedError,
+  internal: InternalError,
+}
+
+/** The error for a native `{ code, message, ... }`, with the run's result when there is one. */
+function fromNative(e, result) {
+  const Cls = ERROR_CLASSES[e.code] ?? StrataError
+  const error = Cls === StrataError ? new StrataError(e.message, e.code) : new Cls(e.message)
+  for (const key of ['backend', 'guarantee', 'limit', 'stage']) {
+    if (e[key] != null) error[key] = e[key]
+  }
+  if (result !== undefined) error.result = result
+  return error
+}
+
+/** An argument the native layer refused to convert (wrong JavaScript type). */
+function fromConversion(error) {
+  return error instanceof StrataError ? error : new InvalidRequestError(error.message, { cause: error })
+}
+
+function abortError(signal) {
+  return new CancelledError('run cancelled by its AbortSignal; the sandbox was killed', { cause: signal.reason })
+}
+
+// ---------------------------------------------------------------------------------------
+// Tools
+
+/** Builders of the tools `Sandbox.run` accepts (an argv array works too). */
+const Tool = Object.freeze({
+  command(argv) {
+    return { kind: 'command', argv: Array.from(argv) }
+  },
+  script(language, source) {
+    return { kind: 'script', language, source }
+  },
+  wasm(module, args = []) {
+    return { kind: 'wasm', module, args: Array.from(args) }
+  },
+})
+
+// ---------------------------------------------------------------------------------------
+// Sandbox
+
+const SANDBOX_OPTIONS = new Set(['backend', 'strict', 'helper'])
+const RUN_OPTIONS = new Set(['signal', 'onStdout', 'onStderr', 'check'])
+const NO_OPTIONS = Object.freeze({})
+const STDOUT = 0
+const STDERR = 1
+
+function checkKeys(object, allowed, what) {
+  if (object === undefined || object === null) return NO_OPTIONS
+  if (typeof object !== 'object') throw new InvalidRequestError(`${what} must be an object`)
+  for (const key in object) {
+    if (!allowed.has(key)) {
+      throw new InvalidRequestError(`unknown ${what} key ${JSON.stringify(key)} (expected one of ${[...allowed].join(', ')})`)
+    }
+  }
+  return object
+}
+
+function toResult(o) {
+  const result = {
+    exitCode: o.exitCode ?? null,
+    signal: o.signal ?? null,
+    timedOut: o.timedOut,
+    limit: o.limit ?? null,
+    success: o.exitCode === 0,
+    status: o.status,
+    stdout: o.stdout,
+    stdoutTruncated: o.stdoutTruncated,
+    stderr: o.stderr,
+    stderrTruncated: o.stderrTruncated,
+    durationMs: o.durationMs,
+    nativeMs: o.nativeMs,
+    usage: o.usage,
+    receipt: undefined,
+  }
+  // The receipt (a few KiB as JSON) is converted on first read: most callers never look.
+  const native = o.receipt
+  Object.defineProperty(result, 'receipt', {
+    enumerable: true,
+    configurable: true,
+    get() {
+      const receipt = JSON.parse(native.toJson())
+      Object.defineProperty(this, 'receipt', { value: receipt, enumerable: true, writable: true, configurable: true })
+      return receipt
+    },
+    set(value) {
+      Object.defineProperty(this, 'receipt', { value, enumerable: true, writable: true, configurable: true })
+    },
+  })
+  return result
+}
+
+// One 'abort' listener per signal however many runs share it (agent frameworks pass one
+// signal to every tool call), removed when its last run ends.
+const watchedSignals = new WeakMap()
+
+/** Cancels `cancel` when `signal` aborts; returns the function that stops watching. */
+function watchSignal(signal, cancel) {
+  let watch = watchedSignals.get(signal)
+  if (!watch) {
+    const runs = new Set()
+    const onAbort = () => {
+      for (const run of runs) run.cancel()
+    }
+    watch = { runs, onAbort }
+    watchedSignals.set(signal, watch)
+    signal.addEventListener('abort', onAbort)
+  }
+  watch.runs.add(cancel)
+  return () => {
+    watch.runs.delete(cancel)
+    if (watch.runs.size === 0 && watchedSignals.get(signal) === watch) {
+      watchedSignals.delete(signal)
+      signal.removeEventListener('abort', watch.onAbort)
+    }
+  }
+}
+
+function defaultHelper() {
+  if (process.env.STRATA_HELPER) return process.env.STRATA_HELPER
+  return fs.existsSync(helperPath) ? helperPath : undefined
+}
+
+/** Runs tools in sandboxes. See index.d.ts. */
+class Sandbox {
+  #native
+
+  constructor(options) {
+    const opts = checkKeys(options, SANDBOX_OPTIONS, 'Sandbox option')
+    const bad =
+      (opts.backend !== undefined && typeof opts.backend !== 'string' && 'backend must be a string') ||
+      (opts.strict !== undefined && typeof opts.strict !== 'boolean' && 'strict must be a boolean') ||
+      (opts.helper !== undefined && typeof opts.helper !== 'string' && 'helper must be a string')
+    if (bad) throw new InvalidRequestError(bad)
+    let made
+    try {
+      made = native.createSandbox({
+        backend: opts.backend,
+        strict: opts.strict,
+        helper: opts.helper ?? defaultHelper(),
+      })
+    } catch (error) {
+      throw fromConversion(error)
+    }
+    if (!(made instanceof native.NativeSandbox)) throw fromNative(made)
+    this.#native = made
+  }
+
+  /** The backend choice: `auto`, `process`, `wasm`, `container` or `microvm`. */
+  get backend() {
+    return this.#native.backend
+  }
+
+  /** Whether runs whose caps cannot be fully enforced are refused (the default). */
+  get strict() {
+    return this.#native.strict
+  }
+
+  run(tool, caps, options) {
+    return new Promise((resolve, reject) => {
+      let opts
+      try {
+        opts = checkKeys(options, RUN_OPTIONS, 'run option')
+      } catch (error) {
+        reject(error)
+        return
+      }
+      const { signal, onStdout, onStderr } = opts
+      const bad =
+        (onStdout !== undefined && typeof onStdout !== 'function' && 'onStdout must be a function') ||
+        (onStderr !== undefined && typeof onStderr !== 'function' && 'onStderr must be a function') ||
+        (signal != null && typeof signal.addEventListener !== 'function' && 'signal must be an AbortSignal') ||
+        (opts.check !== undefined && typeof opts.check !== 'boolean' && 'check must be a boolean')
+      if (bad) {
+        reject(new InvalidRequestError(bad))
+        return
+      }
+      if (signal?.aborted) {
+        reject(abortError(signal))
+        return
+      }
+      let cancel
+      let unwatch
+      let callbackFailed = false
+      let callbackError
+      if (signal || onStdout || onStderr) cancel = new native.NativeCancel()
+      if (signal) unwatch = watchSignal(signal, cancel)
+      const deliver = (fn, chunk) => {
+        if (callbackFailed) return
+        try {
+          fn(chunk)
+        } catch (error) {
+          callbackFailed = true
+          callbackError = error
+          cancel.cancel()
+        }
+      }
+      const onEvent = (kind, payload) => {
+        if (kind === STDOUT) return deliver(onStdout, payload)
+        if (kind === STDERR) return deliver(onStderr, payload)
+        if (unwatch) unwatch()
+        if (callbackFailed) reject(callbackError)
+        else if (payload.error) {
+          if (payload.error.code === 'cancelled' && signal?.aborted) reject(abortError(signal))
+          else reject(fromNative(payload.error, payload.output ? toResult(payload.output) : undefined))
+        } else resolve(toResult(payload.output))
+      }
+      let refused
+      try {
+        refused = this.#native.run(
+          tool,
+          caps,
+          { stdout: onStdout !== undefined, stderr: onStderr !== undefined, check: opts.check === true },
+          cancel,
+          onEvent,
+        )
+      } catch (error) {
+        if (unwatch) unwatch()
+        reject(fromConversion(error))
+        return
+      }
+      if (refused) {
+        if (unwatch) unwatch()
+        reject(fromNative(refused))
+      }
+    })
+  }
+}
+
+/** Probes this host: which backends and guarantees are available, and why not. */
+function doctor(options) {
+  const opts = checkKeys(options, new Set(['helper']), 'doctor option')
+  return JSON.parse(native.doctor(opts.helper ?? defaultHelper()))
+}
+
+const version = native.version()
+const { codeTool, commandTool, aiSdkTool } = require('./adapters.js')({ Sandbox, Tool }, checkKeys)
+
+// One object literal of plain names, so ES modules can `import { Sandbox } from ...`.
+module.exports = {
+  Sandbox,
+  Tool,
+  doctor,
+  version,
+  helperPath,
+  StrataError,
+  InvalidRequestError,
+  DeniedError,
+  BackendUnavailableError,
+  UnenforceableError,
+  LimitExceededError,
+  ToolFailedError,
+  CancelledError,
+  SetupFailedError,
+  InternalError,
+  codeTool,
+  commandTool,
+  aiSdkTool,
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env node
+'use strict'
+// The package's `install` script: builds the native addon (crate `strata-node`) and the
+// `strata-helper` binary with cargo, from the Strata workspace this package sits in, and
+// copies both into the package (strata.<platform>.node and bin/strata-helper), where
+// index.js finds them. Nothing is downloaded but crates from crates.io.
+//
+// Environment:
+//   CARGO                 cargo to run (default: `cargo` on PATH)
+//   CARGO_TARGET_DIR      cargo's target dir (default: the workspace's target/, so a
+//                         workspace build already done is reused, not redone)
+//   STRATA_NODE_PROFILE   cargo profile: `release` (default) or `dev`
+//   STRATA_NODE_SKIP_BUILD=1  do nothing (the addon and helper are already in place)
+//
+// Outside a Strata checkout (the package was copied, e.g. from `npm pack`), an addon and
+// helper already present are used as they are.
+
+const { spawnSync } = require('node:child_process')
+const fs = require('node:fs')
+const path = require('node:path')
+const { addonPath, helperPath, triple } = require('../platform.js')
+
+const pkgDir = path.resolve(__dirname, '..')
+const workspace = path.resolve(pkgDir, '..', '..')
+
+function fail(message) {
+  console.error(`strata-sandbox: ${message}`)
+  process.exit(1)
+}
+
+function isStrataWorkspace(dir) {
+  try {
+    const manifest = fs.readFileSync(path.join(dir, 'Cargo.toml'), 'utf8')
+    return manifest.includes('"bindings/node"') && fs.existsSync(path.join(pkgDir, 'Cargo.toml'))
+  } catch {
+    return false
+  }
+}
+
+/** Copies `from` to `to` through a temporary file and a rename, so a process that has the
+ * old file open or mapped (a loaded addon, a running helper) keeps its copy intact. */
+function install(from, to, mode) {
+  if (!fs.existsSync(from)) fail(`cargo finished but ${from} is missing`)
+  fs.mkdirSync(path.dirname(to), { recursive: true })
+  const tmp = `${to}.tmp-${process.pid}`
+  fs.copyFileSync(from, tmp)
+  fs.chmodSync(tmp, mode)
+  fs.renameSync(tmp, to)
+}
+
+function main() {
+  if (process.env.STRATA_NODE_SKIP_BUILD === '1') return
+  if (!isStrataWorkspace(workspace)) {
+    if (fs.existsSync(addonPath) && fs.existsSync(helperPath)) return
+    fail(
+      `no Strata workspace at ${workspace} to build from, and no prebuilt ${path.basename(addonPath)}. ` +
+        'Install this package from a Strata checkout: npm install ./bindings/node',
+    )
+  }
+  const cargo = process.env.CARGO || 'cargo'
+  const profile = process.env.STRATA_NODE_PROFILE || 'release'
+  if (profile !== 'release' && profile !== 'dev') fail(`STRATA_NODE_PROFILE must be release or dev, not ${profile}`)
+  const targetDir = process.env.CARGO_TARGET_DIR
+    ? path.resolve(process.env.CARGO_TARGET_DIR)
+    : path.join(workspace, 'target')
+  const args = ['build', '--profile', profile, '-p', 'strata-node', '-p', 'strata', '--lib', '--bin', 'strata-helper']
+  console.error(`strata-sandbox: building the native addon and strata-helper for ${triple}: ${cargo} ${args.join(' ')}`)
+  const built = spawnSync(cargo, args, {
+    cwd: workspace,
+    stdio: 'inherit',
+    env: { ...process.env, CARGO_TARGET_DIR: targetDir },
+  })
+  if (built.error && built.error.code === 'ENOENT') {
+    fail(`${cargo} not found: building strata-sandbox needs Rust's cargo (https://rustup.rs)`)
+  }
+  if (built.error) fail(`cannot run ${cargo}: ${built.error.message}`)
+  if (built.status !== 0) fail(`cargo build failed (exit ${built.status ?? built.signal})`)
+
+  const out = path.join(targetDir, profile === 'dev' ? 'debug' : profile)
+  const lib = {
+    linux: 'libstrata_node.so',
+    darwin: 'libstrata_node.dylib',
+    win32: 'strata_node.dll',
+  }[process.platform] ?? 'libstrata_node.so'
+  install(path.join(out, lib), addonPath, 0o755)
+  install(path.join(out, path.basename(helperPath)), helperPath, 0o755)
+  console.error(`strata-sandbox: installed ${path.relative(pkgDir, addonPath)} and ${path.relative(pkgDir, helperPath)}`)
+}
+
+main()

@@ -1,0 +1,435 @@
+//! Conversions between JavaScript values and Strata's types. No sandbox logic: every
+//! decision (validation of paths, limits, routing) is the `strata` crate's.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use strata::{ByteSize, Caps, Error, Mount, Net, NetRule, Receipt, RunOutput, SystemDirs, Tool};
+
+/// The caps object of the Node API (`readOnly`, `timeoutMs`, ...), mapped onto [`Caps`].
+///
+/// Every key is optional and `undefined`/`null` means "keep the default of [`Caps::new`]".
+/// Unknown keys are rejected, as in every other form of Strata's caps, so a typo never
+/// silently drops a restriction.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct NodeCaps {
+    read_only: Option<Paths>,
+    read_write: Option<Paths>,
+    mounts: Option<Vec<Mount>>,
+    system: Option<SystemDirs>,
+    env: Option<BTreeMap<String, String>>,
+    net: Option<NodeNet>,
+    stdin: Option<Stdin>,
+    workdir: Option<PathBuf>,
+    timeout_ms: Option<Millis>,
+    cpu_time_ms: Option<Millis>,
+    memory: Option<ByteSize>,
+    processes: Option<u32>,
+    max_output: Option<ByteSize>,
+    file_size: Option<ByteSize>,
+    open_files: Option<u32>,
+    disk: Option<ByteSize>,
+    address_space: Option<ByteSize>,
+}
+
+impl From<NodeCaps> for Caps {
+    fn from(node: NodeCaps) -> Caps {
+        let mut caps = Caps::new();
+        for path in node.read_only.map(|p| p.0).unwrap_or_default() {
+            caps = caps.read_only(path);
+        }
+        for path in node.read_write.map(|p| p.0).unwrap_or_default() {
+            caps = caps.read_write(path);
+        }
+        caps.mounts.extend(node.mounts.unwrap_or_default());
+        if let Some(system) = node.system {
+            caps.system = system;
+        }
+        caps.env = node.env.unwrap_or_default();
+        if let Some(net) = node.net {
+            caps.net = net.0;
+        }
+        if let Some(stdin) = node.stdin {
+            caps.stdin = stdin.0;
+        }
+        caps.workdir = node.workdir;
+        let limits = &mut caps.limits;
+        if let Some(ms) = node.timeout_ms {
+            limits.timeout = ms.0;
+        }
+        if let Some(ms) = node.cpu_time_ms {
+            limits.cpu_time = ms.0;
+        }
+        if let Some(size) = node.memory {
+            limits.memory = size;
+        }
+        if let Some(n) = node.processes {
+            limits.processes = n;
+        }
+        if let Some(size) = node.max_output {
+            limits.output = size;
+        }
+        if let Some(size) = node.file_size {
+            limits.file_size = size;
+        }
+        if let Some(n) = node.open_files {
+            limits.open_files = n;
+        }
+        if let Some(size) = node.disk {
+            limits.disk = size;
+        }
+        if node.address_space.is_some() {
+            limits.address_space = node.address_space;
+        }
+        caps
+    }
+}
+
+/// A tool: an argv array, or a tagged object `{ kind: 'command' | 'script' | 'wasm', ... }`
+/// in the schema of [`Tool`]. Never a shell string.
+pub(crate) struct NodeTool(pub(crate) Tool);
+
+impl<'de> Deserialize<'de> for NodeTool {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NodeTool;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "an argv array of strings or a tool from Tool.command, Tool.script or Tool.wasm (never a shell string)",
+                )
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<NodeTool, A::Error> {
+                let argv = Vec::<String>::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(NodeTool(Tool::command(argv)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<NodeTool, A::Error> {
+                Tool::deserialize(de::value::MapAccessDeserializer::new(map)).map(NodeTool)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// One path or a list of paths.
+#[derive(Debug)]
+struct Paths(Vec<PathBuf>);
+
+impl<'de> Deserialize<'de> for Paths {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Paths;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a path or an array of paths")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Paths, E> {
+                Ok(Paths(vec![PathBuf::from(v)]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Paths, A::Error> {
+                Vec::<PathBuf>::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Paths)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// `'none'`, `'host'`, `'allow:HOST[:PORT],...'`, an array of rules, or `{ allow: [...] }`.
+#[derive(Debug)]
+struct NodeNet(Net);
+
+impl<'de> Deserialize<'de> for NodeNet {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NodeNet;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "'none', 'host', 'allow:HOST[:PORT],...', an array of allowed destinations or { allow: [...] }",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NodeNet, E> {
+                v.parse().map(NodeNet).map_err(|e| E::custom(reason(e)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<NodeNet, A::Error> {
+                let rules =
+                    Vec::<NetRule>::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(NodeNet(Net::Allow(rules)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<NodeNet, A::Error> {
+                Net::deserialize(de::value::MapAccessDeserializer::new(map)).map(NodeNet)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// Standard input: a string (UTF-8) or bytes (`Buffer`, `Uint8Array`).
+#[derive(Debug)]
+struct Stdin(Vec<u8>);
+
+impl<'de> Deserialize<'de> for Stdin {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Stdin;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, a Buffer or a Uint8Array")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Stdin, E> {
+                Ok(Stdin(v.as_bytes().to_vec()))
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Stdin, E> {
+                Ok(Stdin(v.to_vec()))
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Stdin, E> {
+                Ok(Stdin(v))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A duration in milliseconds: a finite, non-negative number.
+#[derive(Debug)]
+struct Millis(Duration);
+
+impl<'de> Deserialize<'de> for Millis {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let ms = f64::deserialize(deserializer)?;
+        Duration::try_from_secs_f64(ms / 1000.0)
+            .map(Millis)
+            .map_err(|_| {
+                de::Error::custom(format!(
+                    "a duration in milliseconds must be a finite, non-negative number, got {ms}"
+                ))
+            })
+    }
+}
+
+/// The message of an invalid-request error without its "invalid request:" prefix, for
+/// errors that end up inside another one.
+fn reason(err: Error) -> String {
+    match err {
+        Error::InvalidRequest { reason } => reason,
+        other => other.to_string(),
+    }
+}
+
+/// Parses `backend` as the Node API spells it (`auto`, `process`, `wasm`, ...).
+pub(crate) fn backend_choice(name: Option<&str>) -> Result<strata::BackendChoice, Error> {
+    name.map_or(Ok(strata::BackendChoice::Auto), str::parse)
+}
+
+/// An error as JavaScript sees it before `index.js` turns it into an `Error` subclass.
+#[napi_derive::napi(object, object_from_js = false)]
+pub struct NativeError {
+    /// The stable code of the error's kind (`invalid_request`, `cancelled`, ...).
+    pub code: String,
+    /// The message, naming the problem.
+    pub message: String,
+    /// For `backend_unavailable`: the backend.
+    pub backend: Option<String>,
+    /// For `unenforceable`: the guarantee that cannot be enforced.
+    pub guarantee: Option<String>,
+    /// For `limit_exceeded`: the limit.
+    pub limit: Option<String>,
+    /// For `setup_failed`: the setup stage that failed.
+    pub stage: Option<String>,
+}
+
+impl From<&Error> for NativeError {
+    fn from(err: &Error) -> Self {
+        // The message names the problem and, where the Display of `err` leaves it out,
+        // the OS cause (`Error::Internal` keeps it only as a source).
+        let mut message = err.to_string();
+        let mut source = std::error::Error::source(err);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !message.contains(&text) {
+                message = format!("{message}: {text}");
+            }
+            source = cause.source();
+        }
+        let mut out = NativeError {
+            code: err.kind().code().to_string(),
+            message,
+            backend: None,
+            guarantee: None,
+            limit: None,
+            stage: None,
+        };
+        match err {
+            Error::BackendUnavailable { backend, .. } => out.backend = Some(backend.to_string()),
+            Error::Unenforceable { guarantee, .. } => out.guarantee = Some(guarantee.clone()),
+            Error::LimitExceeded { limit } => out.limit = Some(limit.to_string()),
+            Error::Setup { stage, .. } => out.stage = Some(stage.clone()),
+            _ => {}
+        }
+        out
+    }
+}
+
+/// An invalid-request error for a value JavaScript passed in (`what` names the argument).
+pub(crate) fn invalid_argument(what: &str, err: &napi::Error) -> Error {
+    Error::invalid(format!("invalid {what}: {}", err.reason))
+}
+
+/// A finished run, converted off the JavaScript thread (everything but the JS objects).
+pub(crate) struct Finished {
+    pub(crate) output: Option<OutputData>,
+    pub(crate) error: Option<NativeError>,
+}
+
+/// The parts of a [`RunOutput`] JavaScript reads.
+pub(crate) struct OutputData {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+    limit: Option<String>,
+    status: String,
+    stdout: String,
+    stderr: String,
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+    duration_ms: f64,
+    usage: NativeUsage,
+    receipt: Receipt,
+    native_ms: f64,
+}
+
+impl Finished {
+    /// Converts the result of `Sandbox::run_with`. With `check`, a run that did not exit 0
+    /// also carries the error `RunOutput::check` gives (and still its output).
+    pub(crate) fn new(result: Result<RunOutput, Error>, native: Duration, check: bool) -> Self {
+        match result {
+            Err(err) => Finished {
+                output: None,
+                error: Some(NativeError::from(&err)),
+            },
+            Ok(out) => {
+                let error = if check && !out.success() {
+                    out.clone().check().err().map(|e| NativeError::from(&e))
+                } else {
+                    None
+                };
+                Finished {
+                    output: Some(OutputData {
+                        exit_code: out.exit_code(),
+                        signal: out.signal(),
+                        timed_out: out.timed_out(),
+                        limit: out.limit().map(|l| l.to_string()),
+                        status: out.status.to_string(),
+                        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                        stdout_truncated: out.stdout_truncated,
+                        stderr_truncated: out.stderr_truncated,
+                        duration_ms: out.duration.as_secs_f64() * 1000.0,
+                        usage: NativeUsage {
+                            user_cpu_us: out.usage.user_cpu_us as f64,
+                            system_cpu_us: out.usage.system_cpu_us as f64,
+                            peak_memory_bytes: out.usage.peak_memory_bytes as f64,
+                        },
+                        receipt: out.receipt,
+                        native_ms: native.as_secs_f64() * 1000.0,
+                    }),
+                    error,
+                }
+            }
+        }
+    }
+
+    /// The object handed to JavaScript.
+    pub(crate) fn into_outcome(self) -> NativeOutcome {
+        NativeOutcome {
+            error: self.error,
+            output: self.output.map(|o| NativeOutput {
+                exit_code: o.exit_code,
+                signal: o.signal,
+                timed_out: o.timed_out,
+                limit: o.limit,
+                status: o.status,
+                stdout: o.stdout,
+                stderr: o.stderr,
+                stdout_truncated: o.stdout_truncated,
+                stderr_truncated: o.stderr_truncated,
+                duration_ms: o.duration_ms,
+                usage: o.usage,
+                receipt: NativeReceipt { receipt: o.receipt },
+                native_ms: o.native_ms,
+            }),
+        }
+    }
+}
+
+/// How a run ended: an error, an output, or both (a `check`ed run that failed).
+#[napi_derive::napi(object, object_from_js = false)]
+pub struct NativeOutcome {
+    /// Why the run was refused, failed or (with `check`) did not succeed.
+    pub error: Option<NativeError>,
+    /// What the run produced, when it ran.
+    pub output: Option<NativeOutput>,
+}
+
+/// A run's receipt, kept in Rust until JavaScript reads it (most callers never do).
+#[napi_derive::napi]
+pub struct NativeReceipt {
+    receipt: Receipt,
+}
+
+#[napi_derive::napi]
+impl NativeReceipt {
+    /// The receipt as JSON.
+    #[napi]
+    pub fn to_json(&self) -> napi::Result<String> {
+        serde_json::to_string(&self.receipt)
+            .map_err(|e| napi::Error::new(napi::Status::GenericFailure, e.to_string()))
+    }
+}
+
+/// Resource usage of a run.
+#[napi_derive::napi(object, object_from_js = false)]
+pub struct NativeUsage {
+    /// User CPU time in microseconds.
+    pub user_cpu_us: f64,
+    /// System CPU time in microseconds.
+    pub system_cpu_us: f64,
+    /// Peak memory in bytes.
+    pub peak_memory_bytes: f64,
+}
+
+/// A [`RunOutput`] as JavaScript sees it before `index.js` shapes the public result.
+#[napi_derive::napi(object, object_from_js = false)]
+pub struct NativeOutput {
+    /// Exit code, when the tool exited.
+    pub exit_code: Option<i32>,
+    /// Signal that ended the tool, if any.
+    pub signal: Option<i32>,
+    /// Whether the wall-clock timeout ended the run.
+    pub timed_out: bool,
+    /// The limit that ended the run, if any (`wall`, `memory`, ...).
+    pub limit: Option<String>,
+    /// How the run ended, as text (`exit code 0`, ...).
+    pub status: String,
+    /// Captured standard output, decoded as UTF-8 (invalid bytes become U+FFFD).
+    pub stdout: String,
+    /// Captured standard error, decoded as UTF-8 (invalid bytes become U+FFFD).
+    pub stderr: String,
+    /// Whether stdout was cut at the output limit.
+    pub stdout_truncated: bool,
+    /// Whether stderr was cut at the output limit.
+    pub stderr_truncated: bool,
+    /// Wall time of the sandboxed run in milliseconds.
+    pub duration_ms: f64,
+    /// Measured resource usage.
+    pub usage: NativeUsage,
+    /// The receipt, converted when JavaScript first reads it.
+    pub receipt: NativeReceipt,
+    /// Wall time of the Rust `Sandbox::run_with` call, in milliseconds.
+    pub native_ms: f64,
+}

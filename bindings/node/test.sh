@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The Node package's test run (scripts/test.sh calls it after the Rust suite; it also works
+# alone from a fresh clone):
+#   1. `npm install` here: the install script builds the addon and strata-helper with cargo
+#      in the workspace target dir (already built by the Rust suite, so nothing heavy is
+#      compiled again), and npm installs the dev dependencies (typescript, ai, @types/*) from
+#      the registry as pinned by package-lock.json;
+#   2. `tsc --noEmit` over test/types.ts and examples/node/agent.mjs against index.d.ts;
+#   3. the package installed into another project, as an application does, and the example
+#      run from there;
+#   4. `node --test`, whose summary closes the output.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cd "$here"
+step() { printf '\n--- node: %s\n' "$*"; }
+
+step "npm install (builds the native addon and strata-helper with cargo)"
+npm install --no-audit --no-fund --foreground-scripts
+
+step "tsc --noEmit (index.d.ts against test/types.ts and the example)"
+npx --no-install tsc -p tsconfig.json
+echo "tsc: no errors"
+
+step "install into an application, require it, run the example"
+app="$(mktemp -d)"
+trap 'rm -rf "$app"' EXIT
+ai_version="$(node -p "require('./node_modules/ai/package.json').version")"
+(
+  cd "$app"
+  npm init -y >/dev/null
+  npm install --no-audit --no-fund --foreground-scripts "$here" "ai@$ai_version"
+  node -e "const s = require('strata-sandbox'); new s.Sandbox(); console.log('require(\"strata-sandbox\") ok, version', s.version)"
+  cp "$root/examples/node/agent.mjs" .
+  node agent.mjs
+)
+
+step "node --test"
+node --test --test-reporter=spec test/

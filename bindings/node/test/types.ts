@@ -1,0 +1,171 @@
+// Type-level test of index.d.ts (`tsc -p tsconfig.json`, no emit): every export used as
+// documented, and misuses that must not compile marked with @ts-expect-error. The runtime
+// side of the same surface is test/exports.test.js.
+
+import { tool as aiTool, generateText, stepCountIs } from 'ai'
+import {
+  aiSdkTool,
+  BackendUnavailableError,
+  CancelledError,
+  codeTool,
+  commandTool,
+  DeniedError,
+  doctor,
+  helperPath,
+  InternalError,
+  InvalidRequestError,
+  LimitExceededError,
+  Sandbox,
+  SetupFailedError,
+  StrataError,
+  Tool,
+  ToolFailedError,
+  UnenforceableError,
+  version,
+} from 'strata-sandbox'
+import type {
+  AiSdkTool,
+  BackendName,
+  Caps,
+  DoctorReport,
+  ErrorCode,
+  LimitKind,
+  Receipt,
+  RunOptions,
+  RunResult,
+  SandboxTool,
+  ToolInput,
+  ToolOutput,
+} from 'strata-sandbox'
+
+async function sandboxes(): Promise<void> {
+  const sandbox = new Sandbox()
+  const configured = new Sandbox({ backend: 'process', strict: false, helper: helperPath })
+  const backend: BackendName = configured.backend
+  const strict: boolean = sandbox.strict
+  // @ts-expect-error: not a backend
+  new Sandbox({ backend: 'vm' })
+  // @ts-expect-error: unknown option
+  new Sandbox({ strictness: 'best_effort' })
+  void backend
+  void strict
+}
+
+async function runs(sandbox: Sandbox): Promise<void> {
+  const tools: ToolInput[] = [
+    ['echo', 'hi'],
+    Tool.command(['ls', '-l']),
+    Tool.script('python', 'print(1)'),
+    Tool.script('javascript', 'console.log(1)'),
+    Tool.script('sh', 'echo 1'),
+    Tool.wasm('/tmp/module.wasm'),
+    Tool.wasm('/tmp/module.wasm', ['--flag']),
+  ]
+  const caps: Caps = {
+    readOnly: ['/data'],
+    readWrite: '/out',
+    mounts: [{ host: '/srv', guest: '/srv', access: 'ro' }, { host: '/cache' }],
+    system: 'runtime',
+    env: { LANG: 'C' },
+    net: 'none',
+    stdin: Buffer.from('input'),
+    workdir: '/work',
+    timeoutMs: 5000,
+    cpuTimeMs: 5000,
+    memory: '256M',
+    processes: 16,
+    maxOutput: 1 << 20,
+    fileSize: '1M',
+    openFiles: 64,
+    disk: '8M',
+    addressSpace: '4G',
+  }
+  const nets: NonNullable<Caps['net']>[] = ['host', 'allow:pypi.org:443', ['pypi.org', { host: '1.1.1.1', port: 53 }], { allow: [] }]
+  const controller = new AbortController()
+  const options: RunOptions = {
+    signal: controller.signal,
+    onStdout: (chunk: Buffer) => process.stdout.write(chunk),
+    onStderr: (chunk) => process.stderr.write(chunk),
+    check: true,
+  }
+  for (const tool of tools) {
+    const result: RunResult = await sandbox.run(tool, caps, options)
+    const code: number | null = result.exitCode
+    const signal: number | null = result.signal
+    const limit: LimitKind | null = result.limit
+    const text: string = result.stdout + result.stderr + result.status
+    const flags: boolean[] = [result.timedOut, result.success, result.stdoutTruncated, result.stderrTruncated]
+    const times: number[] = [result.durationMs, result.nativeMs, result.usage.peakMemoryBytes, result.usage.userCpuUs, result.usage.systemCpuUs]
+    const receipt: Receipt = result.receipt
+    const mechanisms: string[] = receipt.enforced.map((e) => `${e.capability}: ${e.mechanism} (${e.detail})`)
+    const gaps: string[] = receipt.gaps.map((g) => g.reason)
+    void [code, signal, limit, text, flags, times, mechanisms, gaps, receipt.denials, receipt.layers]
+  }
+  await sandbox.run(['true'])
+  await sandbox.run(['true'], null)
+  void nets
+  // @ts-expect-error: a tool is never a shell string
+  await sandbox.run('ls -l')
+  // @ts-expect-error: unknown caps key
+  await sandbox.run(['true'], { readonyl: '/etc' })
+  // @ts-expect-error: durations are numbers of milliseconds
+  await sandbox.run(['true'], { timeoutMs: '5s' })
+  // @ts-expect-error: unknown run option
+  await sandbox.run(['true'], {}, { timeout: 5 })
+  // @ts-expect-error: not a script language
+  Tool.script('ruby', 'puts 1')
+}
+
+function errors(error: unknown): string {
+  if (error instanceof StrataError) {
+    const code: ErrorCode = error.code
+    const details = [error.backend, error.guarantee, error.limit, error.stage, error.result?.stdout]
+    void details
+    return code
+  }
+  const all: StrataError[] = [
+    new InvalidRequestError('m'),
+    new DeniedError('m'),
+    new BackendUnavailableError('m'),
+    new UnenforceableError('m'),
+    new LimitExceededError('m'),
+    new ToolFailedError('m'),
+    new CancelledError('m', { cause: new Error('why') }),
+    new SetupFailedError('m'),
+    new InternalError('m'),
+    new StrataError('m', 'denied'),
+  ]
+  const cancelled: 'cancelled' = new CancelledError('m').code
+  void cancelled
+  return all.map((e) => e.code).join()
+}
+
+async function adapters(sandbox: Sandbox): Promise<void> {
+  const python: SandboxTool<{ code: string }> = codeTool({ sandbox, language: 'python', caps: { readOnly: '/data' } })
+  const shell = codeTool({ language: 'sh', name: 'shell', description: 'Runs sh.' })
+  const command: SandboxTool<{ argv: string[] }> = commandTool({ caps: { timeoutMs: 1000 } })
+  const output: ToolOutput = await python.execute({ code: 'print(1)' }, { signal: AbortSignal.timeout(1000) })
+  await command.execute({ argv: ['ls'] })
+  // @ts-expect-error: codeTool takes { code }
+  await shell.execute({ argv: ['ls'] })
+  // The generic shape as an OpenAI function-calling tool.
+  const openAi = { type: 'function' as const, function: { name: python.name, description: python.description, parameters: python.parameters } }
+  void openAi
+  void output
+
+  // The Vercel AI SDK: tool() of the real `ai` package accepts the adapter's result.
+  const forAi: AiSdkTool<{ code: string }> = aiSdkTool(python)
+  const viaTool = aiTool(forAi)
+  const out = await viaTool.execute?.({ code: 'print(1)' }, { toolCallId: 'c', messages: [] })
+  void out
+  const tools = { python: aiSdkTool(python), command: aiSdkTool(command) }
+  type Model = Parameters<typeof generateText>[0]['model']
+  const call = (model: Model) => generateText({ model, tools, stopWhen: stepCountIs(3), prompt: 'hi' })
+  void call
+}
+
+const report: DoctorReport = doctor()
+const available: string[] = report.backends.filter((b) => b.available).map((b) => b.backend)
+const withHelper: DoctorReport = doctor({ helper: helperPath })
+const v: string = version
+void [available, withHelper, v, sandboxes, runs, errors, adapters]

@@ -1,0 +1,220 @@
+"""Strata: run AI-agent tools (model-written code and commands) in sandboxes.
+
+>>> import strata
+>>> sb = strata.Sandbox()                       # backend="auto", strict=True
+>>> caps = strata.Caps(read_only=["/data"], timeout=10, memory="256M")
+>>> result = sb.run(["python3", "-c", "print(open('/data/x').read())"], caps)
+>>> result.exit_code, result.stdout, result.receipt
+
+Caps deny by default: no host files but the read-only system directories programs need,
+no network, an empty environment, and a limit on everything. A run whose caps this host
+cannot enforce is refused before anything executes (``strict=True``). A non-zero exit is
+data (``result.ok``, ``result.exit_code``); ``result.check()`` raises on failure.
+
+This package is a thin layer over the Rust library: every decision about what a sandbox
+allows is made there. Rust ``tracing`` events are logged to the ``"strata"`` logger.
+Framework adapters live in :mod:`strata.langchain` and :mod:`strata.openai_agents`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
+
+from strata import _strata
+from strata._strata import (
+    BackendUnavailableError,
+    CancelledError,
+    Caps,
+    DeniedError,
+    DoctorReport,
+    InternalError,
+    InvalidRequestError,
+    LimitExceededError,
+    Receipt,
+    RunHandle,
+    RunResult,
+    SandboxError,
+    SandboxTimeoutError,
+    SetupFailedError,
+    Tool,
+    ToolFailedError,
+    UnenforceableError,
+    __version__,
+)
+
+__all__ = [
+    "BackendUnavailableError",
+    "CancelledError",
+    "Caps",
+    "DeniedError",
+    "DoctorReport",
+    "InternalError",
+    "InvalidRequestError",
+    "LimitExceededError",
+    "Receipt",
+    "RunHandle",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxTimeoutError",
+    "SetupFailedError",
+    "Tool",
+    "ToolFailedError",
+    "UnenforceableError",
+    "__version__",
+    "bundled_helper",
+    "doctor",
+]
+
+#: A tool argument: an argv list or a :class:`Tool`.
+ToolLike = Union[Tool, Sequence[str]]
+#: A caps argument: :class:`Caps`, a dict of Caps keywords, or ``None`` for ``Caps()``.
+CapsLike = Union[Caps, Mapping[str, Any], None]
+#: A streaming callback: receives ``str`` chunks (``bytes`` with ``text=False``).
+OutputCallback = Callable[[Any], object]
+
+_BUNDLED_HELPER = Path(__file__).resolve().parent / "_bin" / "strata-helper"
+
+# A library does not configure logging: without this, Python's last-resort handler would
+# print the Rust side's warnings (e.g. "run refused or failed") to stderr.
+logging.getLogger("strata").addHandler(logging.NullHandler())
+
+
+def bundled_helper() -> Optional[Path]:
+    """The ``strata-helper`` binary shipped inside this package, or ``None`` if absent."""
+    return _BUNDLED_HELPER if _BUNDLED_HELPER.is_file() else None
+
+
+def _default_helper() -> str:
+    # Same precedence as the Rust library: an explicit path, then $STRATA_HELPER, then the
+    # copy installed next to the code (here: inside the wheel).
+    return os.environ.get("STRATA_HELPER") or str(_BUNDLED_HELPER)
+
+
+class Sandbox(_strata.Sandbox):
+    """Runs tools in sandboxes; see :class:`strata._strata.Sandbox` for ``run``.
+
+    ``Sandbox(backend="auto", *, strict=True, helper=None, warm_pool=0)``: ``backend`` is
+    ``"auto"`` (default), ``"process"``, ``"wasm"``, ``"container"`` or ``"microvm"``;
+    ``strict=True`` (default) refuses runs whose caps cannot be fully enforced here;
+    ``helper`` defaults to ``$STRATA_HELPER`` or the ``strata-helper`` binary shipped in
+    the wheel; ``warm_pool`` (default 0) keeps that many process sandboxes pre-built per
+    caps shape already run.
+
+    Thread-safe: runs release the GIL. ``with Sandbox() as sb:`` (or ``async with``) kills
+    runs still in flight on exit. ``await sb.arun(...)`` runs without blocking the event
+    loop; cancelling the awaiting task kills the sandboxed run.
+    """
+
+    def __new__(
+        cls,
+        backend: str = "auto",
+        *,
+        strict: bool = True,
+        helper: Union[str, "os.PathLike[str]", None] = None,
+        warm_pool: int = 0,
+    ) -> "Sandbox":
+        return super().__new__(
+            cls,
+            backend,
+            strict=strict,
+            helper=helper if helper is not None else _default_helper(),
+            warm_pool=warm_pool,
+        )
+
+    async def arun(
+        self,
+        tool: ToolLike,
+        caps: CapsLike = None,
+        *,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        text: bool = True,
+    ) -> RunResult:
+        """Like :meth:`run`, awaitable: the run executes on its own thread.
+
+        Streaming callbacks are called on the event loop's thread, in order, before the
+        result is returned. Cancelling the awaiting task kills the sandbox and everything
+        it started, waits until they are gone, and raises ``asyncio.CancelledError``.
+        """
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[RunResult]" = loop.create_future()
+        failure: List[BaseException] = []
+        handle: Optional[RunHandle] = None
+
+        def settle(result: Optional[RunResult], error: Optional[BaseException]) -> None:
+            if future.done():
+                return
+            if failure:
+                future.set_exception(failure[0])
+            elif error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)  # type: ignore[arg-type]
+
+        def done(result: Optional[RunResult], error: Optional[BaseException]) -> None:
+            # Called on the run's thread.
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:  # the loop is closed; nobody awaits this run any more
+                pass
+
+        def on_loop(callback: Optional[OutputCallback]) -> Optional[Callable[[Any], None]]:
+            if callback is None:
+                return None
+            if not callable(callback):
+                raise TypeError("streaming callbacks must be callable")
+
+            def call(chunk: Any) -> None:
+                if failure:
+                    return
+                try:
+                    callback(chunk)
+                except BaseException as exc:  # propagate like the sync path: kill the run
+                    failure.append(exc)
+                    if handle is not None:
+                        handle.cancel()
+
+            def forward(chunk: Any) -> None:
+                try:
+                    loop.call_soon_threadsafe(call, chunk)
+                except RuntimeError:
+                    pass
+
+            return forward
+
+        handle = self._start(
+            tool,
+            caps,
+            done,
+            on_stdout=on_loop(on_stdout),
+            on_stderr=on_loop(on_stderr),
+            text=text,
+        )
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            handle.cancel()
+            try:
+                # Propagate only once the sandbox and everything it started are gone.
+                await asyncio.shield(future)
+            except (Exception, asyncio.CancelledError):
+                pass
+            raise
+
+    async def __aenter__(self) -> "Sandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool:
+        self.close()
+        return False
+
+
+def doctor(helper: Union[str, "os.PathLike[str]", None] = None) -> DoctorReport:
+    """Which backends and guarantees this host supports, and why not (``strata doctor``),
+    as a :class:`Sandbox` with ``helper`` (default: as for ``Sandbox``) would use them."""
+    return Sandbox(helper=helper).doctor()

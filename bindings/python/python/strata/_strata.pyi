@@ -1,0 +1,296 @@
+"""Type stubs of the native module ``strata._strata`` (re-exported by ``strata``)."""
+
+import os
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+
+from typing_extensions import Self, disjoint_base, final
+
+__all__ = [
+    "__version__",
+    "SandboxError",
+    "InvalidRequestError",
+    "DeniedError",
+    "BackendUnavailableError",
+    "UnenforceableError",
+    "LimitExceededError",
+    "SandboxTimeoutError",
+    "ToolFailedError",
+    "CancelledError",
+    "SetupFailedError",
+    "InternalError",
+    "Tool",
+    "Caps",
+    "RunResult",
+    "Receipt",
+    "DoctorReport",
+    "Sandbox",
+    "RunHandle",
+]
+
+__version__: str
+
+_Path = Union[str, "os.PathLike[str]"]
+_MountEntry = Union[_Path, Tuple[_Path, _Path]]
+_Mounts = Union[_Path, Sequence[_MountEntry], Mapping[_Path, _Path], None]
+_Size = Union[int, str]
+_ToolLike = Union["Tool", Sequence[Union[str, "os.PathLike[str]"]]]
+_CapsLike = Union["Caps", Mapping[str, Any], None]
+_Callback = Callable[[Any], object]
+
+class SandboxError(Exception):
+    """Base class of every Strata error; ``code`` is the stable error code."""
+
+    code: str
+    result: Optional["RunResult"]
+    limit: Optional[str]
+
+class InvalidRequestError(SandboxError, ValueError):
+    """Malformed request (bad caps, empty argv, missing mount source). Nothing ran."""
+
+class DeniedError(SandboxError, PermissionError):
+    """A policy refused the request. Nothing ran."""
+
+class BackendUnavailableError(SandboxError, RuntimeError):
+    """The backend cannot run on this host or is not built in. Nothing ran."""
+
+class UnenforceableError(SandboxError, RuntimeError):
+    """A guarantee the caps need cannot be enforced here (strict). Nothing ran."""
+
+class LimitExceededError(SandboxError):
+    """``RunResult.check()``: a limit ended the run (``limit`` names it)."""
+
+class SandboxTimeoutError(LimitExceededError, TimeoutError):
+    """``RunResult.check()``: the wall-clock timeout ended the run."""
+
+class ToolFailedError(SandboxError):
+    """``RunResult.check()``: the tool exited non-zero or was killed by a signal."""
+
+class CancelledError(SandboxError):
+    """The run was cancelled (``Sandbox.close()`` or a raising callback) and killed."""
+
+class SetupFailedError(SandboxError, OSError):
+    """Building the sandbox failed. Nothing of the tool ran."""
+
+class InternalError(SandboxError, RuntimeError):
+    """A bug or an unexpected host failure."""
+
+@final
+class Tool:
+    """What to run: a command (argv), a script, or a WebAssembly module."""
+
+    @staticmethod
+    def command(argv: Sequence[Union[str, "os.PathLike[str]"]]) -> "Tool": ...
+    @staticmethod
+    def script(language: str, source: str) -> "Tool": ...
+    @staticmethod
+    def wasm(module: _Path, args: Optional[Sequence[str]] = None) -> "Tool": ...
+    @property
+    def kind(self) -> Literal["command", "script", "wasm"]: ...
+    @property
+    def argv(self) -> Optional[List[str]]: ...
+    @property
+    def language(self) -> Optional[str]: ...
+    @property
+    def source(self) -> Optional[str]: ...
+    @property
+    def module(self) -> Optional[str]: ...
+    @property
+    def args(self) -> Optional[List[str]]: ...
+    def to_dict(self) -> Dict[str, Any]: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Caps:
+    """Capabilities of a run: deny by default, every grant explicit. Immutable."""
+
+    def __new__(
+        cls,
+        base: _CapsLike = None,
+        /,
+        *,
+        read_only: _Mounts = ...,
+        read_write: _Mounts = ...,
+        mounts: Optional[Sequence[Union[Mapping[str, Any], Tuple[Any, ...]]]] = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        net: Union[str, Sequence[Union[str, Mapping[str, Any]]], Mapping[str, Any], None] = ...,
+        timeout: float = ...,
+        cpu_time: float = ...,
+        memory: _Size = ...,
+        processes: int = ...,
+        output: _Size = ...,
+        file_size: _Size = ...,
+        open_files: int = ...,
+        disk: _Size = ...,
+        address_space: Optional[_Size] = ...,
+        stdin: Union[str, bytes, bytearray, None] = ...,
+        workdir: Optional[_Path] = ...,
+        system: Literal["runtime", "none"] = ...,
+        cpus: float = ...,
+        image: str = ...,
+        runtime: Literal["native", "docker", "podman", "runsc"] = ...,
+        container: Optional[Mapping[str, Any]] = ...,
+        limits: Optional[Mapping[str, Any]] = ...,
+    ) -> "Caps": ...
+    @staticmethod
+    def from_json(text: str) -> "Caps": ...
+    def to_dict(self) -> Dict[str, Any]: ...
+    def to_json(self) -> str: ...
+    @property
+    def mounts(self) -> List[Dict[str, str]]: ...
+    @property
+    def env(self) -> Dict[str, str]: ...
+    @property
+    def net(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def cpu_time(self) -> float: ...
+    @property
+    def memory(self) -> int: ...
+    @property
+    def output(self) -> int: ...
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def disk(self) -> int: ...
+    @property
+    def address_space(self) -> Optional[int]: ...
+    @property
+    def processes(self) -> int: ...
+    @property
+    def open_files(self) -> int: ...
+    @property
+    def stdin(self) -> bytes: ...
+    @property
+    def workdir(self) -> Optional[str]: ...
+    @property
+    def system(self) -> str: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Receipt:
+    """What a run enforced, per capability and mechanism, and what it saw denied."""
+
+    @property
+    def backend(self) -> str: ...
+    @property
+    def layers(self) -> List[str]: ...
+    @property
+    def strictness(self) -> str: ...
+    @property
+    def enforced(self) -> List[Dict[str, str]]: ...
+    @property
+    def gaps(self) -> List[Dict[str, str]]: ...
+    @property
+    def denials(self) -> List[Dict[str, str]]: ...
+    def has(self, capability: str, mechanism: str) -> bool: ...
+    def to_dict(self) -> Dict[str, Any]: ...
+
+@final
+class RunResult:
+    """The result of a run that happened; a non-zero exit is data, not an exception."""
+
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+    @property
+    def stdout_bytes(self) -> bytes: ...
+    @property
+    def stderr_bytes(self) -> bytes: ...
+    @property
+    def stdout_truncated(self) -> bool: ...
+    @property
+    def stderr_truncated(self) -> bool: ...
+    @property
+    def exit_code(self) -> Optional[int]: ...
+    @property
+    def signal(self) -> Optional[int]: ...
+    @property
+    def timed_out(self) -> bool: ...
+    @property
+    def limit(self) -> Optional[str]: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def usage(self) -> Dict[str, int]: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def receipt(self) -> Receipt: ...
+    def check(self) -> "RunResult": ...
+    def to_dict(self) -> Dict[str, Any]: ...
+
+@final
+class DoctorReport:
+    """Which backends and guarantees this host supports, and why not."""
+
+    @property
+    def backends(self) -> List[Dict[str, Any]]: ...
+    def available(self, backend: str) -> bool: ...
+    def to_dict(self) -> Dict[str, Any]: ...
+
+@final
+class RunHandle:
+    """A run started by ``Sandbox._start`` (what ``Sandbox.arun`` awaits)."""
+
+    def cancel(self) -> None: ...
+    @property
+    def cancelled(self) -> bool: ...
+
+@disjoint_base
+class Sandbox:
+    """Runs tools in sandboxes; thread-safe, the GIL is released during runs."""
+
+    def __new__(
+        cls,
+        backend: str = "auto",
+        *,
+        strict: bool = True,
+        helper: Optional[_Path] = None,
+        warm_pool: int = 0,
+    ) -> Self: ...
+    def run(
+        self,
+        tool: _ToolLike,
+        caps: _CapsLike = None,
+        *,
+        on_stdout: Optional[_Callback] = None,
+        on_stderr: Optional[_Callback] = None,
+        text: bool = True,
+    ) -> RunResult: ...
+    def _run_noop(
+        self,
+        tool: _ToolLike,
+        caps: _CapsLike = None,
+        *,
+        on_stdout: Optional[_Callback] = None,
+        on_stderr: Optional[_Callback] = None,
+        text: bool = True,
+    ) -> RunResult: ...
+    def _start(
+        self,
+        tool: _ToolLike,
+        caps: _CapsLike,
+        done: Callable[[Optional[RunResult], Optional[BaseException]], object],
+        *,
+        on_stdout: Optional[_Callback] = None,
+        on_stderr: Optional[_Callback] = None,
+        text: bool = True,
+    ) -> RunHandle: ...
+    def doctor(self) -> DoctorReport: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def strict(self) -> bool: ...
+    @property
+    def helper(self) -> Optional[str]: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> bool: ...

@@ -1,0 +1,39 @@
+//! `strata._strata`: the native module of the `strata` Python package.
+//!
+//! A thin layer over the `strata` crate: it converts Python values to the core's types
+//! ([`types`], [`convert`]), maps [`strata::Error`] kinds to a Python exception hierarchy
+//! ([`errors`]), releases the GIL while a run executes ([`sandbox`]), and forwards Rust
+//! `tracing` events to Python `logging` ([`logging`]). Every decision about what a sandbox
+//! allows or enforces is made by the Rust core, never here.
+//!
+//! The Python package (`python/strata/__init__.py`) re-exports this module, passes the
+//! `strata-helper` binary shipped inside the wheel to `Sandbox`, and adds `Sandbox.arun`
+//! (asyncio) and the framework adapters.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod convert;
+mod errors;
+mod logging;
+mod result;
+mod sandbox;
+mod types;
+
+use pyo3::prelude::*;
+
+/// The native module. See the `strata` package for the public API.
+#[pymodule]
+fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<types::PyTool>()?;
+    m.add_class::<types::PyCaps>()?;
+    m.add_class::<result::PyRunResult>()?;
+    m.add_class::<result::PyReceipt>()?;
+    m.add_class::<result::PyDoctorReport>()?;
+    m.add_class::<sandbox::PySandbox>()?;
+    m.add_class::<sandbox::PyRunHandle>()?;
+    logging::install(m.py())?;
+    Ok(())
+}

@@ -1,0 +1,773 @@
+//! The engine runtimes: the same `Tool` + `Caps` on a Docker (or Podman) engine through its
+//! API, optionally with gVisor's `runsc` as the OCI runtime.
+//!
+//! Caps map to the engine's own mechanisms: `--network none` (an allowlist fails closed),
+//! `--read-only` root, `--cap-drop ALL`, `no-new-privileges`, `--pids-limit`, memory (no
+//! swap) and CPU limits, a non-root user (the image's, or `65534:65534` when the image
+//! would run as root), a size-capped `noexec` tmpfs on `/tmp`, bind mounts read-only or
+//! read-write, rlimits as ulimits, a private IPC namespace, and no log files
+//! (`--log-driver none`; output is read from the attach stream with the caps' limit).
+//! Images are never pulled: a path is loaded into the engine (`docker load`), a name must
+//! already be in it. The container is always removed: after the run, on error, when the
+//! caller cancels, and on panic (a drop guard).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, ResourcesUlimits,
+};
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, ImportImageOptions, KillContainerOptions,
+    RemoveContainerOptions, WaitContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use sandbox_core::{
+    BackendKind, Capability, Caps, ContainerReceipt, ContainerRuntime, ContainerSpec, Error,
+    ExitStatus, LimitKind, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput, Stream,
+    Tool,
+};
+use tokio::io::AsyncWriteExt;
+
+use super::image::{self, Format};
+
+/// The Docker engine's socket.
+pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
+/// Podman's Docker-compatible socket (rootful).
+pub const PODMAN_SOCKET: &str = "/run/podman/podman.sock";
+/// The user an engine container runs as when the image would run as root.
+pub const NON_ROOT_USER: &str = "65534:65534";
+
+/// Largest image archive loaded into the engine.
+const MAX_LOAD: u64 = 8 << 30;
+
+/// The engine socket for `runtime`.
+pub fn socket(runtime: ContainerRuntime) -> &'static str {
+    match runtime {
+        ContainerRuntime::Podman => PODMAN_SOCKET,
+        _ => DOCKER_SOCKET,
+    }
+}
+
+fn engine_err(what: &str, e: bollard::errors::Error) -> Error {
+    Error::Internal {
+        message: format!("container engine: {what}: {e}"),
+        source: None,
+    }
+}
+
+/// Connects to the engine, negotiating the API version (the Debian engine speaks 1.41).
+async fn connect(runtime: ContainerRuntime) -> Result<Docker> {
+    let path = socket(runtime);
+    if !std::path::Path::new(path).exists() {
+        return Err(Error::unavailable(
+            BackendKind::Container,
+            format!(
+                "the {runtime} runtime needs a running engine: {path} does not exist (start dockerd)"
+            ),
+        ));
+    }
+    let docker =
+        Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION).map_err(|e| {
+            Error::unavailable(
+                BackendKind::Container,
+                format!("cannot connect to {path}: {e}"),
+            )
+        })?;
+    docker.negotiate_version().await.map_err(|e| {
+        Error::unavailable(
+            BackendKind::Container,
+            format!("the engine at {path} does not answer: {e}"),
+        )
+    })
+}
+
+/// Resolves the image to an engine image id, loading a `docker save` archive when needed.
+async fn resolve_image(docker: &Docker, reference: &str) -> Result<EngineImage> {
+    if std::path::Path::new(reference).exists() || reference.starts_with('/') {
+        let parsed = image::open(reference)?;
+        if parsed.format != Format::DockerArchive {
+            return Err(Error::invalid(format!(
+                "image {reference:?} is a {}: the engine runtimes load `docker save` archives or use \
+                 images already in the engine; run this one with the native runtime",
+                parsed.format.as_str()
+            )));
+        }
+        if docker.inspect_image(&parsed.id).await.is_err() {
+            let path = reference.to_string();
+            let bytes = tokio::task::spawn_blocking(move || {
+                let meta = std::fs::metadata(&path)?;
+                if meta.len() > MAX_LOAD {
+                    return Err(std::io::Error::other("archive larger than 8 GiB"));
+                }
+                std::fs::read(&path)
+            })
+            .await
+            .map_err(|e| Error::Internal {
+                message: format!("read image archive: {e}"),
+                source: None,
+            })?
+            .map_err(|e| Error::invalid(format!("image {reference:?}: {e}")))?;
+            let mut load = docker.import_image(
+                ImportImageOptions {
+                    quiet: true,
+                    ..Default::default()
+                },
+                bollard::body_full(bytes.into()),
+                None,
+            );
+            while let Some(step) = load.next().await {
+                step.map_err(|e| {
+                    Error::invalid(format!("image {reference:?}: the engine refused it: {e}"))
+                })?;
+            }
+        }
+        let inspect = docker.inspect_image(&parsed.id).await.map_err(|e| {
+            Error::invalid(format!(
+                "image {reference:?}: not in the engine after loading it: {e}"
+            ))
+        })?;
+        return Ok(EngineImage::from_inspect(inspect, &parsed.id));
+    }
+    let inspect = docker.inspect_image(reference).await.map_err(|e| {
+        Error::invalid(format!(
+            "image {reference:?} is not in the engine and Strata never pulls from a registry \
+             (load it first, e.g. `docker load -i FILE`): {e}"
+        ))
+    })?;
+    Ok(EngineImage::from_inspect(inspect, reference))
+}
+
+/// What the engine knows about an image.
+struct EngineImage {
+    id: String,
+    user: String,
+    working_dir: Option<String>,
+}
+
+impl EngineImage {
+    fn from_inspect(inspect: bollard::models::ImageInspect, fallback_id: &str) -> Self {
+        let config = inspect.config.unwrap_or_default();
+        EngineImage {
+            id: inspect.id.unwrap_or_else(|| fallback_id.to_string()),
+            user: config.user.unwrap_or_default(),
+            working_dir: config.working_dir.filter(|w| !w.is_empty()),
+        }
+    }
+}
+
+/// Whether an image `User` string means root.
+fn is_root_user(user: &str) -> bool {
+    let name = user.split(':').next().unwrap_or("");
+    name.is_empty() || name == "root" || name == "0"
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Everything decided before the engine is asked for anything.
+struct Plan {
+    cmd: Option<Vec<String>>,
+    entrypoint: Option<Vec<String>>,
+    host: HostConfig,
+    env: Vec<String>,
+    workdir: Option<String>,
+}
+
+fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
+    let (cmd, entrypoint) = match tool {
+        Tool::Command { argv } if argv.is_empty() => (None, None),
+        Tool::Command { argv } => (Some(argv.clone()), None),
+        Tool::Script { language, source } => {
+            let argv = crate::plan::script_argv(*language, source);
+            (Some(argv[1..].to_vec()), Some(vec![argv[0].clone()]))
+        }
+        Tool::Wasm { .. } => return Err(Error::invalid(
+            "the container backend runs commands and scripts; run Tool::Wasm on the wasm backend",
+        )),
+        _ => {
+            return Err(Error::invalid(
+                "this tool kind is not supported by the container backend",
+            ))
+        }
+    };
+    if let Tool::Command { argv } = tool {
+        if argv.iter().any(|a| a.contains('\0')) {
+            return Err(Error::invalid("command argument contains a NUL byte"));
+        }
+    } else {
+        tool.validate()?;
+    }
+    let network =
+        match &caps.net {
+            Net::None => "none",
+            Net::Allow(rules) if rules.is_empty() => "none",
+            Net::Allow(_) => return Err(Error::unenforceable(
+                "net: allowlist",
+                "the engine runtimes have no egress proxy; use net none, or host (unrestricted)",
+            )),
+            Net::Host => "host",
+            _ => return Err(Error::unenforceable("net", "unknown network policy")),
+        };
+    let limits = &caps.limits;
+    let mut mounts = Vec::new();
+    for mount in &caps.mounts {
+        let source = std::fs::canonicalize(&mount.host).map_err(|e| {
+            Error::invalid(format!(
+                "mount source {} is not accessible: {e}",
+                mount.host.display()
+            ))
+        })?;
+        mounts.push(Mount {
+            target: Some(mount.guest.display().to_string()),
+            source: Some(source.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(mount.access == sandbox_core::Access::ReadOnly),
+            ..Default::default()
+        });
+    }
+    let ulimit = |name: &str, value: u64| ResourcesUlimits {
+        name: Some(name.to_string()),
+        soft: Some(i64::try_from(value).unwrap_or(i64::MAX)),
+        hard: Some(i64::try_from(value).unwrap_or(i64::MAX)),
+    };
+    let cpu_secs = limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
+    let memory = i64::try_from(limits.memory.bytes()).unwrap_or(i64::MAX);
+    let host = HostConfig {
+        network_mode: Some(network.to_string()),
+        readonly_rootfs: Some(true),
+        cap_drop: Some(vec!["ALL".to_string()]),
+        security_opt: Some(vec!["no-new-privileges".to_string()]),
+        pids_limit: Some(i64::from(limits.processes)),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some((limits.cpus * 1e9) as i64),
+        ipc_mode: Some("private".to_string()),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            format!("rw,noexec,nosuid,nodev,size={}", limits.disk.bytes()),
+        )])),
+        mounts: Some(mounts),
+        ulimits: Some(vec![
+            ulimit("nofile", u64::from(limits.open_files)),
+            ulimit("fsize", limits.file_size.bytes()),
+            ulimit("cpu", cpu_secs),
+            ulimit("core", 0),
+        ]),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".to_string()),
+            config: None,
+        }),
+        auto_remove: Some(false),
+        privileged: Some(false),
+        ..Default::default()
+    };
+    let env = caps.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(Plan {
+        cmd,
+        entrypoint,
+        host,
+        env,
+        workdir: caps.workdir.as_ref().map(|w| w.display().to_string()),
+    })
+}
+
+/// The container to remove, shared with the drop guard.
+type Created = Arc<Mutex<Option<(Docker, String)>>>;
+
+/// Removes the container (force) when dropped: after the run, on error and on panic.
+struct RemoveOnDrop<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    created: Created,
+}
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let taken = match self.created.lock() {
+            Ok(mut guard) => guard.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some((docker, id)) = taken {
+            let removed = self.rt.block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(60),
+                    docker.remove_container(
+                        &id,
+                        Some(RemoveContainerOptions {
+                            force: true,
+                            v: true,
+                            ..Default::default()
+                        }),
+                    ),
+                )
+                .await
+            });
+            if !matches!(removed, Ok(Ok(()))) {
+                tracing::warn!(container = %id, "could not remove the engine container");
+            }
+        }
+    }
+}
+
+/// Runs `tool` with `caps` in `container` on its engine runtime.
+pub fn run(
+    container: &ContainerSpec,
+    tool: &Tool,
+    caps: &Caps,
+    ctx: &RunContext,
+) -> Result<RunOutput> {
+    if container.workspace.is_some() {
+        return Err(Error::invalid(
+            "a kept container workspace is only supported by the native runtime",
+        ));
+    }
+    let plan = plan(tool, caps)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::internal("start the engine client", e))?;
+    let created: Created = Arc::new(Mutex::new(None));
+    let guard = RemoveOnDrop {
+        rt: &rt,
+        created: Arc::clone(&created),
+    };
+    let result = rt.block_on(run_async(container, plan, caps, ctx, &created));
+    drop(guard);
+    result
+}
+
+async fn run_async(
+    container: &ContainerSpec,
+    plan: Plan,
+    caps: &Caps,
+    ctx: &RunContext,
+    created: &Created,
+) -> Result<RunOutput> {
+    let start = Instant::now();
+    let runtime = container.runtime;
+    let docker = connect(runtime).await?;
+    let engine_image = resolve_image(&docker, &container.image).await?;
+    let image_id = engine_image.id.clone();
+    let user = if is_root_user(&engine_image.user) {
+        NON_ROOT_USER.to_string()
+    } else {
+        engine_image.user.clone()
+    };
+    let mut host = plan.host;
+    if runtime == ContainerRuntime::Runsc {
+        host.runtime = Some("runsc".to_string());
+    }
+    let workdir = plan
+        .workdir
+        .clone()
+        .or(engine_image.working_dir.clone())
+        .unwrap_or_else(|| "/tmp".to_string());
+    let body = ContainerCreateBody {
+        image: Some(image_id.clone()),
+        cmd: plan.cmd.clone(),
+        entrypoint: plan.entrypoint.clone(),
+        env: Some(plan.env.clone()),
+        user: Some(user.clone()),
+        working_dir: Some(workdir.clone()),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
+        tty: Some(false),
+        network_disabled: Some(host.network_mode.as_deref() == Some("none")),
+        labels: Some(HashMap::from([(
+            "org.strata.run".to_string(),
+            std::process::id().to_string(),
+        )])),
+        host_config: Some(host.clone()),
+        ..Default::default()
+    };
+    let name = format!(
+        "strata-{}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        start.elapsed().as_nanos() % 1_000_000
+    );
+    let response = docker
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(name.clone()),
+                ..Default::default()
+            }),
+            body,
+        )
+        .await
+        .map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 400..=499,
+                ref message,
+            } => Error::invalid(format!("the engine refused the container: {message}")),
+            other => engine_err("create container", other),
+        })?;
+    let id = response.id;
+    if let Ok(mut guard) = created.lock() {
+        *guard = Some((docker.clone(), id.clone()));
+    }
+    let mut attached = docker
+        .attach_container(
+            &id,
+            Some(AttachContainerOptions {
+                stdin: true,
+                stdout: true,
+                stderr: true,
+                stream: true,
+                logs: false,
+                ..Default::default()
+            }),
+        )
+        .await
+        .map_err(|e| engine_err("attach", e))?;
+    docker
+        .start_container(
+            &id,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError { ref message, .. }
+                if message.contains("executable file not found")
+                    || message.contains("no such file or directory") =>
+            {
+                Error::Exec {
+                    program: plan
+                        .entrypoint
+                        .as_ref()
+                        .or(plan.cmd.as_ref())
+                        .and_then(|a| a.first().cloned())
+                        .unwrap_or_default(),
+                    source: std::io::Error::from_raw_os_error(libc::ENOENT),
+                }
+            }
+            other => engine_err("start container", other),
+        })?;
+    let stdin = caps.stdin.clone();
+    let mut input = attached.input;
+    let feeder = tokio::spawn(async move {
+        let _ = input.write_all(&stdin).await;
+        let _ = input.shutdown().await;
+    });
+
+    let cancel = Arc::new(tokio::sync::Notify::new());
+    let waker = Arc::clone(&cancel);
+    let _registration = ctx.cancel.on_cancel(move || waker.notify_one());
+    let limit = usize::try_from(caps.limits.output.bytes()).unwrap_or(usize::MAX);
+    let deadline = tokio::time::Instant::now() + caps.limits.timeout;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let (mut out_cut, mut err_cut) = (false, false);
+    let mut killed: Option<&'static str> = None;
+    let kill = |docker: Docker, id: String| async move {
+        let _ = docker
+            .kill_container(
+                &id,
+                Some(KillContainerOptions {
+                    signal: "SIGKILL".to_string(),
+                }),
+            )
+            .await;
+    };
+    loop {
+        tokio::select! {
+            chunk = attached.output.next() => {
+                let Some(chunk) = chunk else { break };
+                let Ok(chunk) = chunk else { break };
+                let (which, buf, cut, bytes) = match chunk {
+                    bollard::container::LogOutput::StdOut { message } => (Stream::Stdout, &mut stdout, &mut out_cut, message),
+                    bollard::container::LogOutput::StdErr { message } => (Stream::Stderr, &mut stderr, &mut err_cut, message),
+                    bollard::container::LogOutput::Console { message } => (Stream::Stdout, &mut stdout, &mut out_cut, message),
+                    bollard::container::LogOutput::StdIn { .. } => continue,
+                };
+                let room = limit.saturating_sub(buf.len());
+                let keep = bytes.len().min(room);
+                if keep > 0 {
+                    buf.extend_from_slice(&bytes[..keep]);
+                    if let Some(sink) = &ctx.sink {
+                        sink.on_output(which, &bytes[..keep]);
+                    }
+                }
+                if keep < bytes.len() && !*cut {
+                    *cut = true;
+                    if killed.is_none() {
+                        killed = Some("output");
+                        kill(docker.clone(), id.clone()).await;
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(deadline), if killed.is_none() => {
+                killed = Some("wall");
+                kill(docker.clone(), id.clone()).await;
+            }
+            _ = cancel.notified(), if killed.is_none() => {
+                killed = Some("cancelled");
+                kill(docker.clone(), id.clone()).await;
+            }
+        }
+    }
+    feeder.abort();
+    if killed == Some("cancelled") || ctx.cancel.is_cancelled() {
+        return Err(Error::Cancelled);
+    }
+    let mut wait = docker.wait_container(
+        &id,
+        Some(WaitContainerOptions {
+            condition: "not-running".to_string(),
+        }),
+    );
+    let code = match tokio::time::timeout(Duration::from_secs(30), wait.next()).await {
+        Ok(Some(Ok(response))) => response.status_code,
+        Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. }))) => code,
+        Ok(Some(Err(e))) => return Err(engine_err("wait", e)),
+        Ok(None) | Err(_) => {
+            return Err(Error::Internal {
+                message: "container engine: the container did not stop".into(),
+                source: None,
+            })
+        }
+    };
+    let oom = docker
+        .inspect_container(
+            &id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .ok()
+        .and_then(|c| c.state)
+        .and_then(|s| s.oom_killed)
+        .unwrap_or(false);
+    let code = i32::try_from(code).unwrap_or(-1);
+    let limit_hit = match killed {
+        Some("wall") => Some(LimitKind::Wall),
+        Some("output") => Some(LimitKind::Output),
+        _ if oom => Some(LimitKind::Memory),
+        _ if code == 128 + libc::SIGXCPU => Some(LimitKind::Cpu),
+        _ if code == 128 + libc::SIGXFSZ => Some(LimitKind::FileSize),
+        _ => None,
+    };
+    let status = match limit_hit {
+        Some(limit) => ExitStatus::Limit {
+            limit,
+            signal: (code > 128).then_some(code - 128),
+        },
+        None => ExitStatus::Exited { code },
+    };
+    let mut receipt = receipt(container, caps, ctx, &image_id, &user, &host, &workdir);
+    if out_cut {
+        receipt.deny(
+            Capability::Output,
+            format!("stdout cut at {}", caps.limits.output),
+        );
+    }
+    if err_cut {
+        receipt.deny(
+            Capability::Output,
+            format!("stderr cut at {}", caps.limits.output),
+        );
+    }
+    match limit_hit {
+        Some(LimitKind::Wall) => receipt.deny(
+            Capability::Wall,
+            format!("killed after {:?}", caps.limits.timeout),
+        ),
+        Some(LimitKind::Memory) => receipt.deny(
+            Capability::Memory,
+            format!("killed at the {} memory limit", caps.limits.memory),
+        ),
+        _ => {}
+    }
+    Ok(RunOutput {
+        status,
+        stdout,
+        stderr,
+        stdout_truncated: out_cut,
+        stderr_truncated: err_cut,
+        duration: start.elapsed(),
+        usage: ResourceUsage::default(),
+        receipt,
+    })
+}
+
+fn receipt(
+    container: &ContainerSpec,
+    caps: &Caps,
+    ctx: &RunContext,
+    image_id: &str,
+    user: &str,
+    host: &HostConfig,
+    workdir: &str,
+) -> Receipt {
+    let runtime = container.runtime;
+    let engine = if runtime == ContainerRuntime::Podman {
+        "podman"
+    } else {
+        "docker"
+    };
+    let mut r = Receipt::new(BackendKind::Container, ctx.strictness);
+    r.container = Some(ContainerReceipt {
+        runtime: runtime.as_str().to_string(),
+        image: container.image.clone(),
+        digest: image_id.to_string(),
+    });
+    let limits = &caps.limits;
+    let mounts: Vec<String> = caps
+        .mounts
+        .iter()
+        .map(|m| format!("{}={} ({})", m.guest.display(), m.host.display(), m.access))
+        .collect();
+    r.enforce(
+        Capability::Fs,
+        format!("{engine} --read-only root + bind mounts"),
+        format!(
+            "image {image_id}; mounts: {}; workdir {}",
+            if mounts.is_empty() {
+                "none".to_string()
+            } else {
+                mounts.join(",")
+            },
+            workdir
+        ),
+    );
+    r.enforce(
+        Capability::Disk,
+        format!("{engine} --tmpfs /tmp"),
+        format!("{} noexec,nosuid,nodev", limits.disk),
+    );
+    match host.network_mode.as_deref() {
+        Some("host") => r.gap(
+            Capability::Net,
+            "host network shared (net: host, unrestricted by request)",
+        ),
+        _ => r.enforce(
+            Capability::Net,
+            format!("{engine} --network none"),
+            "loopback only",
+        ),
+    }
+    r.enforce(
+        Capability::Env,
+        "explicit environment",
+        "host environment not inherited; the image's Env plus the caps' env",
+    );
+    r.enforce(
+        Capability::Privileges,
+        format!("{engine} --cap-drop ALL + no-new-privileges"),
+        format!("user {user} (never root)"),
+    );
+    if runtime == ContainerRuntime::Runsc {
+        r.enforce(
+            Capability::Syscalls,
+            "gVisor runsc",
+            "system calls served by gVisor's user-space kernel",
+        );
+    } else {
+        r.enforce(
+            Capability::Syscalls,
+            format!("{engine} default seccomp profile"),
+            "the engine's default allowlist",
+        );
+    }
+    r.enforce(
+        Capability::Processes,
+        format!("{engine} pid namespace"),
+        "host processes invisible",
+    );
+    r.enforce(
+        Capability::Ipc,
+        format!("{engine} --ipc private"),
+        "private SysV IPC",
+    );
+    r.enforce(
+        Capability::Memory,
+        format!("{engine} --memory (no swap)"),
+        limits.memory.to_string(),
+    );
+    r.enforce(
+        Capability::Pids,
+        format!("{engine} --pids-limit"),
+        limits.processes.to_string(),
+    );
+    r.enforce(
+        Capability::Cpu,
+        format!("{engine} --cpus + RLIMIT_CPU ulimit"),
+        format!("{} core(s); {:?} per process", limits.cpus, limits.cpu_time),
+    );
+    r.enforce(
+        Capability::Wall,
+        "host-side deadline + docker kill",
+        format!("{:?}", limits.timeout),
+    );
+    r.enforce(
+        Capability::Output,
+        "host-side cap on the attach stream",
+        format!(
+            "{} per stream; the container is killed past it",
+            limits.output
+        ),
+    );
+    r.enforce(
+        Capability::FileSize,
+        "RLIMIT_FSIZE ulimit",
+        limits.file_size.to_string(),
+    );
+    r.enforce(
+        Capability::OpenFiles,
+        "RLIMIT_NOFILE ulimit",
+        limits.open_files.to_string(),
+    );
+    r.enforce(
+        Capability::Lifetime,
+        format!("{engine} rm --force"),
+        "the container is removed after the run, on error and on cancellation",
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_map_to_a_locked_down_host_config() {
+        let caps = Caps::new().timeout(Duration::from_secs(5));
+        let plan = plan(&Tool::command(["true"]), &caps).expect("plan");
+        let host = plan.host;
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_string()])
+        );
+        assert_eq!(host.pids_limit, Some(128));
+        assert_eq!(host.memory, host.memory_swap);
+        assert!(host
+            .tmpfs
+            .as_ref()
+            .and_then(|t| t.get("/tmp"))
+            .is_some_and(|o| o.contains("noexec") && o.contains("size=")));
+    }
+
+    #[test]
+    fn allowlisted_network_fails_closed() {
+        let caps = Caps::new().net("allow:example.com:443".parse().expect("net"));
+        let err = plan(&Tool::command(["true"]), &caps)
+            .err()
+            .expect("allowlist must be refused");
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
+    }
+
+    #[test]
+    fn root_image_users_are_replaced() {
+        assert!(is_root_user(""));
+        assert!(is_root_user("root"));
+        assert!(is_root_user("0:0"));
+        assert!(!is_root_user("app"));
+        assert!(!is_root_user("1000:1000"));
+    }
+}

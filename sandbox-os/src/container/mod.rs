@@ -1,0 +1,190 @@
+//! The container backend: an OCI image as the sandbox's root.
+//!
+//! Two kinds of runtime behind one [`ContainerBackend`], chosen per run by
+//! `caps.container.runtime`:
+//! - **native** (default, no daemon): the process backend's sandbox (same helper,
+//!   namespaces, landlock, seccomp, cgroups, rlimits) whose root is an overlay of the
+//!   unpacked image and a writable layer private to the run ([`native`]). Images come from
+//!   local OCI layouts, `docker save`/OCI archives or root file system directories
+//!   ([`image`]), unpacked safely ([`unpack`]) into a content-addressed cache ([`cache`]).
+//! - **docker / podman / runsc**: a container engine through its API ([`engine`]).
+//!
+//! Images are never pulled from a registry.
+
+use std::path::{Component, Path, PathBuf};
+
+use sandbox_core::{
+    Backend, BackendKind, BackendReport, Caps, Check, ContainerRuntime, Error, Result, RunContext,
+    RunOutput, Tool,
+};
+
+use crate::process::ProcessBackend;
+
+pub mod cache;
+pub mod engine;
+pub mod image;
+pub mod native;
+pub mod unpack;
+pub mod user;
+
+pub use cache::Cache;
+
+/// Runs tools in OCI images: natively on the process sandbox, or on a container engine.
+///
+/// Defaults: the helper found like the process backend's ([`crate::find_helper`]), the
+/// image cache in [`Cache::default_dir`], the Docker engine at
+/// [`engine::DOCKER_SOCKET`]. Every run needs `caps.container` (an image); a run without
+/// one is an invalid request.
+#[derive(Debug)]
+pub struct ContainerBackend {
+    process: ProcessBackend,
+    cache: Cache,
+    parsed: image::Memo,
+}
+
+impl Default for ContainerBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ContainerBackend {
+    /// A backend using the default helper and image cache.
+    pub fn new() -> Self {
+        ContainerBackend {
+            process: ProcessBackend::new(),
+            cache: Cache::new(Cache::default_dir()),
+            parsed: image::Memo::default(),
+        }
+    }
+
+    /// A backend whose native runtime uses `process` (its helper, warm pool and probe).
+    pub fn with_process(process: ProcessBackend) -> Self {
+        ContainerBackend {
+            process,
+            cache: Cache::new(Cache::default_dir()),
+            parsed: image::Memo::default(),
+        }
+    }
+
+    /// Uses `cache` for unpacked images.
+    pub fn with_cache(mut self, cache: Cache) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// The unpacked-image cache.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+}
+
+impl Backend for ContainerBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Container
+    }
+
+    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+        let Some(container) = &caps.container else {
+            return Err(Error::invalid(
+                "the container backend needs an image: set caps.container (CLI: --image REF)",
+            ));
+        };
+        caps.validate()?;
+        match container.runtime {
+            ContainerRuntime::Native => {
+                let image = self.parsed.open(&container.image)?;
+                native::run(
+                    &self.process,
+                    &self.cache,
+                    &image,
+                    container,
+                    tool,
+                    caps,
+                    ctx,
+                )
+            }
+            ContainerRuntime::Docker | ContainerRuntime::Podman | ContainerRuntime::Runsc => {
+                engine::run(container, tool, caps, ctx)
+            }
+            _ => Err(Error::invalid(format!(
+                "unsupported container runtime {}",
+                container.runtime
+            ))),
+        }
+    }
+
+    fn report(&self) -> BackendReport {
+        let process = self.process.report();
+        let mut checks = vec![Check::new(
+            "native runtime",
+            process.available,
+            process
+                .reason
+                .clone()
+                .unwrap_or_else(|| "process sandbox + overlayfs image root".into()),
+        )];
+        let overlay = std::fs::read_to_string("/proc/filesystems")
+            .is_ok_and(|f| f.lines().any(|l| l.ends_with("overlay")));
+        checks.push(Check::new(
+            "overlayfs",
+            overlay,
+            if overlay {
+                "available"
+            } else {
+                "not in /proc/filesystems (modprobe overlay)"
+            },
+        ));
+        for (runtime, socket) in [
+            ("docker", engine::DOCKER_SOCKET),
+            ("podman", engine::PODMAN_SOCKET),
+        ] {
+            let up = Path::new(socket).exists();
+            checks.push(Check::new(
+                format!("{runtime} engine"),
+                up,
+                if up {
+                    socket.to_string()
+                } else {
+                    format!("{socket} not found")
+                },
+            ));
+        }
+        let runsc = ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
+            .iter()
+            .find(|p| Path::new(p).exists());
+        checks.push(Check::new(
+            "gVisor runsc",
+            runsc.is_some(),
+            runsc.map_or("not installed (Debian package runsc)".to_string(), |p| {
+                p.to_string()
+            }),
+        ));
+        let reason = match (process.available, overlay) {
+            (true, true) => None,
+            (false, _) => process.reason.clone(),
+            (true, false) => Some("overlayfs is not available".into()),
+        };
+        BackendReport {
+            backend: BackendKind::Container,
+            available: reason.is_none(),
+            reason,
+            checks,
+        }
+    }
+}
+
+/// Normalizes an absolute image path (`/app/./x/` -> `/app/x`, `..` dropped at the root).
+pub(crate) fn normalize(path: &str) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for component in Path::new(path).components() {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}

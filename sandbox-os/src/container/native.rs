@@ -1,0 +1,252 @@
+//! The native runtime: the process backend's sandbox with an image as its root.
+//!
+//! Same helper, namespaces, landlock, seccomp, cgroups, rlimits and receipts as a process
+//! run; the differences are all in the [`Spec`]: the root is an overlay of the unpacked
+//! image (read-only) and a writable layer private to the run, no host system directories
+//! are granted, and the image's `Env`, `WorkingDir`, `User` and `Entrypoint`/`Cmd` shape
+//! the command. Caps still decide mounts, network and limits.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use sandbox_core::{
+    BackendKind, Capability, Caps, ContainerReceipt, ContainerSpec, Error, Result, RunContext,
+    RunOutput, SystemDirs, Tool,
+};
+
+use super::cache::Cache;
+use super::image::Image;
+use super::user;
+use crate::plan;
+use crate::process::ProcessBackend;
+use crate::protocol::{Command, ImageRootSpec, Spec};
+
+/// Top-level names of the image that the sandbox provides itself.
+const RESERVED: [&str; 4] = ["dev", "proc", "tmp", "sys"];
+
+/// The argv a tool runs as in `image`: `Entrypoint` + argv for commands (like `docker run
+/// IMAGE ARGS`), `Entrypoint` + `Cmd` for an empty command, the interpreter for scripts.
+pub fn argv(tool: &Tool, image: &Image) -> Result<Vec<String>> {
+    let config = &image.config;
+    let argv = match tool {
+        Tool::Command { argv } if argv.is_empty() => {
+            let mut all = config.entrypoint.clone();
+            all.extend(config.cmd.iter().cloned());
+            if all.is_empty() {
+                return Err(Error::invalid(format!(
+                    "image {:?} has no Entrypoint or Cmd; name a program to run",
+                    image.reference
+                )));
+            }
+            all
+        }
+        Tool::Command { argv } => {
+            let mut all = config.entrypoint.clone();
+            all.extend(argv.iter().cloned());
+            all
+        }
+        Tool::Script { language, source } => plan::script_argv(*language, source),
+        Tool::Wasm { .. } => return Err(Error::invalid(
+            "the container backend runs commands and scripts; run Tool::Wasm on the wasm backend",
+        )),
+        _ => {
+            return Err(Error::invalid(
+                "this tool kind is not supported by the container backend",
+            ))
+        }
+    };
+    Ok(argv)
+}
+
+/// The environment: the image's `Env`, overridden by the caps' env.
+pub fn env(caps: &Caps, image: &Image, home: Option<&str>) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for pair in &image.config.env {
+        if let Some((key, value)) = pair.split_once('=') {
+            if !key.is_empty() && !pair.contains('\0') {
+                env.insert(key.to_string(), value.to_string());
+            }
+        }
+    }
+    if let Some(home) = home {
+        env.entry("HOME".to_string())
+            .or_insert_with(|| home.to_string());
+    }
+    for (key, value) in &caps.env {
+        env.insert(key.clone(), value.clone());
+    }
+    env
+}
+
+/// The working directory: the caps' workdir, else the image's `WorkingDir`, else `/tmp`.
+pub fn workdir(caps: &Caps, image: &Image) -> Result<PathBuf> {
+    if let Some(dir) = &caps.workdir {
+        return Ok(dir.clone());
+    }
+    match &image.config.working_dir {
+        Some(dir) if dir.starts_with('/') => Ok(crate::container::normalize(dir)),
+        Some(dir) => Err(Error::invalid(format!(
+            "image {:?}: WorkingDir {dir:?} is not absolute",
+            image.reference
+        ))),
+        None => Ok(PathBuf::from("/tmp")),
+    }
+}
+
+/// Top-level directories and files of the unpacked image, split into those landlock may
+/// grant full access (no granted mount beneath) and those that hold a mount (read and
+/// execute only). Symlinks are skipped: their targets are covered by the real entries.
+fn top_level(root: &Path, caps: &Caps) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut writable = Vec::new();
+    let mut readable = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return (writable, readable);
+    };
+    let mut names: Vec<_> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir() || t.is_file()))
+        .map(|e| e.file_name())
+        .collect();
+    names.sort();
+    for name in names {
+        let Some(text) = name.to_str() else { continue };
+        if RESERVED.contains(&text) {
+            continue;
+        }
+        let path = Path::new("/").join(text);
+        let holds_mount = caps.mounts.iter().any(|m| m.guest.starts_with(&path));
+        if holds_mount {
+            readable.push(path);
+        } else {
+            writable.push(path);
+        }
+    }
+    (writable, readable)
+}
+
+/// Whether `guest` exists as a directory in the image (looked up without leaving it).
+fn image_has_dir(root: &Path, guest: &Path) -> bool {
+    let Ok(rel) = guest.strip_prefix("/") else {
+        return false;
+    };
+    let Ok(dir) = rustix::fs::openat2(
+        rustix::fs::CWD,
+        root,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::NO_SYMLINKS,
+    ) else {
+        return false;
+    };
+    let rel: &Path = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    rustix::fs::openat2(
+        &dir,
+        rel,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS,
+    )
+    .is_ok()
+}
+
+/// Runs `tool` in `image` (parsed from `container.image`) with `caps`.
+pub fn run(
+    process: &ProcessBackend,
+    cache: &Cache,
+    image: &Image,
+    container: &ContainerSpec,
+    tool: &Tool,
+    caps: &Caps,
+    ctx: &RunContext,
+) -> Result<RunOutput> {
+    let argv = argv(tool, image)?;
+    let workspace = match &container.workspace {
+        None => None,
+        Some(dir) => Some(std::fs::canonicalize(dir).map_err(|e| {
+            Error::invalid(format!(
+                "container workspace {} is not accessible: {e}",
+                dir.display()
+            ))
+        })?),
+    };
+    if let Some(dir) = &workspace {
+        if !dir.is_dir() {
+            return Err(Error::invalid(format!(
+                "container workspace {} is not a directory",
+                dir.display()
+            )));
+        }
+    }
+    let rootfs = cache.rootfs(image)?;
+    let user = user::resolve(&rootfs.path, image.config.user.as_deref())?;
+    let workdir = workdir(caps, image)?;
+
+    let mut inner = caps.clone();
+    inner.container = None;
+    inner.system = SystemDirs::None;
+    inner.env = env(caps, image, user.home.as_deref());
+    inner.workdir = Some(workdir.clone());
+    let (writable, readable) = top_level(&rootfs.path, caps);
+    let workdir_in_image = image_has_dir(&rootfs.path, &workdir)
+        && !RESERVED
+            .iter()
+            .any(|r| workdir.starts_with(Path::new("/").join(r)));
+    let image_root = ImageRootSpec {
+        lower: rootfs.path.clone(),
+        workspace: workspace.clone(),
+        writable,
+        readable,
+    };
+    let adjust = |spec: &mut Spec, _command: &mut Command| -> Result<()> {
+        // The image brings its own /etc: no synthesized passwd or group files.
+        spec.files.clear();
+        spec.links.clear();
+        spec.uid = user.uid;
+        spec.gid = user.gid;
+        if workdir_in_image {
+            spec.workdir_is_scratch = false;
+        }
+        spec.image = Some(image_root.clone());
+        Ok(())
+    };
+    let mut out = process.run_adjusted(&Tool::command(argv), &inner, ctx, &adjust)?;
+    let receipt = &mut out.receipt;
+    receipt.backend = BackendKind::Container;
+    receipt.layers = vec![BackendKind::Container];
+    receipt.container = Some(ContainerReceipt {
+        runtime: "native".into(),
+        image: image.reference.clone(),
+        digest: image.id.clone(),
+    });
+    let layer = match &workspace {
+        Some(dir) => format!("writable layer kept in the workspace {}", dir.display()),
+        None => format!(
+            "private writable layer on the run's {} scratch tmpfs, discarded after the run",
+            caps.limits.disk
+        ),
+    };
+    receipt.enforce(
+        Capability::Fs,
+        "OCI image root (overlayfs)",
+        format!(
+            "{} {} as the read-only lower layer; {layer}; the image's /dev, /proc and /tmp covered",
+            image.format.as_str(),
+            image.id
+        ),
+    );
+    receipt.enforce(
+        Capability::Privileges,
+        "image user",
+        format!(
+            "uid {} gid {} (image User {:?}) mapped to the caller; no capabilities",
+            user.uid,
+            user.gid,
+            image.config.user.as_deref().unwrap_or("")
+        ),
+    );
+    Ok(out)
+}

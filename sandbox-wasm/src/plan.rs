@@ -1,0 +1,252 @@
+//! From caps to a WASI plan: which directories are preopened, with which permissions, which
+//! environment and arguments, which sockets, and what cannot be enforced here. Only the
+//! mount checks touch the host (a mount must be an existing directory).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use sandbox_core::{Access, Capability, Caps, Error, Net, Result, Strictness};
+
+/// One preopened directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Preopen {
+    pub host: PathBuf,
+    pub guest: String,
+    pub access: Access,
+}
+
+/// Sockets a run may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NetPlan {
+    /// No sockets at all (preview 1 has none; preview 2 TCP, UDP and name lookup are off).
+    None,
+    /// TCP connections to these addresses only; no listening, no UDP, no name lookup.
+    Allow(Vec<(IpAddr, u16)>),
+    /// The host's network, unrestricted.
+    Host,
+}
+
+impl NetPlan {
+    /// Whether a TCP connection to `addr` is allowed.
+    pub(crate) fn allows_connect(&self, addr: SocketAddr) -> bool {
+        match self {
+            NetPlan::None => false,
+            NetPlan::Host => true,
+            NetPlan::Allow(list) => list
+                .iter()
+                .any(|(ip, port)| *ip == addr.ip() && *port == addr.port()),
+        }
+    }
+}
+
+/// What a run gets, derived from its caps.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    pub preopens: Vec<Preopen>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+    pub net: NetPlan,
+    /// Bytes of linear memory and tables.
+    pub memory: u64,
+    /// Guarantees asked for that this backend does not enforce (best-effort only).
+    pub gaps: Vec<(Capability, String)>,
+}
+
+fn guest_str(path: &Path) -> Result<String> {
+    path.to_str().map(str::to_owned).ok_or_else(|| {
+        Error::invalid(format!(
+            "wasm backend: guest path {} is not valid UTF-8 (WASI paths are strings)",
+            path.display()
+        ))
+    })
+}
+
+/// Maps `caps` (already validated by `Caps::validate`) to a plan, refusing in strict mode
+/// what cannot be enforced.
+pub(crate) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
+    let mut gaps = Vec::new();
+    let mut preopens = Vec::with_capacity(caps.mounts.len());
+    for mount in &caps.mounts {
+        let meta = std::fs::metadata(&mount.host).map_err(|e| {
+            Error::invalid(format!(
+                "mount source {} cannot be used: {e}",
+                mount.host.display()
+            ))
+        })?;
+        if !meta.is_dir() {
+            return Err(Error::invalid(format!(
+                "wasm backend: mount {} is not a directory; WASI can only preopen directories (mount its parent directory instead)",
+                mount.host.display()
+            )));
+        }
+        preopens.push(Preopen {
+            host: mount.host.clone(),
+            guest: guest_str(&mount.guest)?,
+            access: mount.access,
+        });
+    }
+    let cwd = match &caps.workdir {
+        None => None,
+        Some(dir) => {
+            if !caps.mounts.iter().any(|m| dir.starts_with(&m.guest)) {
+                return Err(Error::invalid(format!(
+                    "wasm backend: workdir {} is not inside a mount (this backend has no private scratch directory)",
+                    dir.display()
+                )));
+            }
+            Some(guest_str(dir)?)
+        }
+    };
+    let net = net_plan(&caps.net, strictness, &mut gaps)?;
+    let memory = caps
+        .limits
+        .address_space
+        .map_or(caps.limits.memory.bytes(), |a| {
+            a.bytes().min(caps.limits.memory.bytes())
+        });
+    Ok(Plan {
+        preopens,
+        env: caps
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        cwd,
+        net,
+        memory,
+        gaps,
+    })
+}
+
+fn net_plan(
+    net: &Net,
+    strictness: Strictness,
+    gaps: &mut Vec<(Capability, String)>,
+) -> Result<NetPlan> {
+    match net {
+        Net::None => Ok(NetPlan::None),
+        Net::Host => Ok(NetPlan::Host),
+        Net::Allow(rules) => {
+            let mut allowed = Vec::new();
+            for rule in rules {
+                match rule.host.parse::<IpAddr>() {
+                    Ok(ip) => match rule.port {
+                        Some(port) => allowed.push((ip, port)),
+                        None => allowed.extend([(ip, 80), (ip, 443)]),
+                    },
+                    Err(_) => {
+                        let reason = format!(
+                            "rule {rule} names a host; the wasm backend filters sockets by IP address and does no name resolution (use an IP rule, or the process backend's egress proxy)"
+                        );
+                        if strictness == Strictness::Strict {
+                            return Err(Error::unenforceable(
+                                "net: allowlist by host name",
+                                reason,
+                            ));
+                        }
+                        gaps.push((Capability::Net, format!("{reason}; not granted")));
+                    }
+                }
+            }
+            Ok(NetPlan::Allow(allowed))
+        }
+        // Net is non-exhaustive: refuse what this version does not know.
+        #[allow(unreachable_patterns)]
+        other => Err(Error::unenforceable(
+            format!("net: {other}"),
+            "unknown network policy for the wasm backend",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::{ByteSize, NetRule};
+
+    fn tmp() -> tempfile::TempDir {
+        tempfile::tempdir().expect("tempdir")
+    }
+
+    #[test]
+    fn mounts_become_preopens_with_their_access() {
+        let (a, b) = (tmp(), tmp());
+        let caps = Caps::new()
+            .mount(a.path(), "/data", Access::ReadOnly)
+            .mount(b.path(), "/out", Access::ReadWrite);
+        let plan = plan(&caps, Strictness::Strict).expect("plan");
+        assert_eq!(plan.preopens.len(), 2);
+        assert_eq!(plan.preopens[0].guest, "/data");
+        assert_eq!(plan.preopens[0].access, Access::ReadOnly);
+        assert_eq!(plan.preopens[1].access, Access::ReadWrite);
+        assert!(plan.env.is_empty());
+        assert_eq!(plan.net, NetPlan::None);
+    }
+
+    #[test]
+    fn file_mounts_and_missing_sources_are_invalid() {
+        let dir = tmp();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").expect("write");
+        for host in [file, dir.path().join("missing")] {
+            let caps = Caps::new().read_only(host);
+            let err = plan(&caps, Strictness::Strict).expect_err("refused");
+            assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest, "{err}");
+        }
+    }
+
+    #[test]
+    fn workdir_outside_mounts_is_refused() {
+        let dir = tmp();
+        let caps = Caps::new()
+            .mount(dir.path(), "/w", Access::ReadWrite)
+            .workdir("/elsewhere");
+        assert!(plan(&caps, Strictness::Strict).is_err());
+        let caps = caps.workdir("/w/sub");
+        assert_eq!(
+            plan(&caps, Strictness::Strict)
+                .expect("plan")
+                .cwd
+                .as_deref(),
+            Some("/w/sub")
+        );
+    }
+
+    #[test]
+    fn host_name_rules_are_unenforceable_when_strict_and_dropped_otherwise() {
+        let rules = vec![
+            NetRule {
+                host: "example.com".into(),
+                port: Some(443),
+            },
+            NetRule {
+                host: "10.1.2.3".into(),
+                port: None,
+            },
+        ];
+        let caps = Caps::new().net(Net::Allow(rules));
+        let err = plan(&caps, Strictness::Strict).expect_err("strict");
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
+        let p = plan(&caps, Strictness::BestEffort).expect("best effort");
+        assert_eq!(p.gaps.len(), 1);
+        let ip: IpAddr = "10.1.2.3".parse().expect("ip");
+        assert!(p.net.allows_connect(SocketAddr::new(ip, 443)));
+        assert!(!p.net.allows_connect(SocketAddr::new(ip, 22)));
+    }
+
+    #[test]
+    fn empty_allowlist_denies_everything() {
+        let p = plan(&Caps::new().net(Net::Allow(vec![])), Strictness::Strict).expect("plan");
+        assert!(!p.net.allows_connect("127.0.0.1:80".parse().expect("addr")));
+    }
+
+    #[test]
+    fn address_space_tightens_the_memory_budget() {
+        let mut caps = Caps::new().memory(ByteSize::mib(256));
+        caps.limits.address_space = Some(ByteSize::mib(64));
+        assert_eq!(
+            plan(&caps, Strictness::Strict).expect("plan").memory,
+            64 << 20
+        );
+    }
+}

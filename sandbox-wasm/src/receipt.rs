@@ -1,0 +1,334 @@
+//! The receipt of a wasm run: every mechanism in force, the gaps, and what was cut off.
+
+use std::sync::{Mutex, MutexGuard};
+
+use sandbox_core::{Access, Capability, Caps, ExitStatus, LimitKind, Receipt, Strictness};
+
+use crate::exec::{End, Finished};
+use crate::plan::{NetPlan, Plan};
+
+/// Engine facts that appear in the receipt.
+pub(crate) struct EngineFacts {
+    pub pooling: bool,
+    pub fuel: Option<u64>,
+}
+
+fn list(plan: &Plan, access: Access) -> String {
+    let items: Vec<&str> = plan
+        .preopens
+        .iter()
+        .filter(|p| p.access == access)
+        .map(|p| p.guest.as_str())
+        .collect();
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(",")
+    }
+}
+
+/// Remembers the last pre-run receipt: agents repeat the same caps, and formatting two
+/// dozen mechanisms costs more than the rest of a warm run.
+#[derive(Default)]
+pub(crate) struct ReceiptCache {
+    last: Mutex<Option<(Caps, Strictness, Receipt)>>,
+}
+
+/// Whether two caps give the same receipt (everything but stdin).
+fn same_shape(a: &Caps, b: &Caps) -> bool {
+    a.mounts == b.mounts
+        && a.env == b.env
+        && a.net == b.net
+        && a.limits == b.limits
+        && a.workdir == b.workdir
+        && a.system == b.system
+}
+
+impl ReceiptCache {
+    fn lock(&self) -> MutexGuard<'_, Option<(Caps, Strictness, Receipt)>> {
+        match self.last.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The pre-run receipt for `caps`, built by [`enforced`] unless just seen.
+    pub(crate) fn get(
+        &self,
+        plan: &Plan,
+        caps: &Caps,
+        facts: &EngineFacts,
+        strictness: Strictness,
+    ) -> Receipt {
+        if let Some((c, s, r)) = self.lock().as_ref() {
+            if *s == strictness && same_shape(c, caps) {
+                return r.clone();
+            }
+        }
+        let receipt = enforced(plan, caps, facts, strictness);
+        let key = Caps {
+            stdin: Vec::new(),
+            ..caps.clone()
+        };
+        *self.lock() = Some((key, strictness, receipt.clone()));
+        receipt
+    }
+}
+
+/// What is enforced before the run starts.
+pub(crate) fn enforced(
+    plan: &Plan,
+    caps: &Caps,
+    facts: &EngineFacts,
+    strictness: Strictness,
+) -> Receipt {
+    let mut r = Receipt::new(sandbox_core::BackendKind::Wasm, strictness);
+    let limits = &caps.limits;
+    r.enforce(
+        Capability::Fs,
+        "WASI preopens",
+        format!(
+            "ro: {}; rw: {}; nothing else of the host is reachable; paths resolve beneath each preopen (no `..`, absolute or symlink escapes)",
+            list(plan, Access::ReadOnly),
+            list(plan, Access::ReadWrite)
+        ),
+    );
+    r.enforce(
+        Capability::Fs,
+        "wasmtime-wasi read-only permissions",
+        "read-only preopens refuse write, truncate, create, rename, link, unlink and set-times",
+    );
+    match &plan.net {
+        NetPlan::None => r.enforce(
+            Capability::Net,
+            "no sockets (WASI sockets disabled)",
+            "preview 1 has no socket creation; preview 2 TCP, UDP and name lookup are refused",
+        ),
+        NetPlan::Allow(list) => {
+            let addrs: Vec<String> = list.iter().map(|(ip, p)| format!("{ip}:{p}")).collect();
+            r.enforce(
+                Capability::Net,
+                "WASI socket address check",
+                format!(
+                    "TCP connect only to: {}; no listening, UDP or name lookup",
+                    if addrs.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        addrs.join(",")
+                    }
+                ),
+            );
+        }
+        NetPlan::Host => r.gap(
+            Capability::Net,
+            "host network shared (net: host, unrestricted by request): WASI TCP, UDP and name lookup allowed",
+        ),
+    }
+    let keys: Vec<&str> = plan.env.iter().map(|(k, _)| k.as_str()).collect();
+    r.enforce(
+        Capability::Env,
+        "explicit WASI environment",
+        format!(
+            "host environment not inherited; set: {}",
+            if keys.is_empty() {
+                "nothing".to_string()
+            } else {
+                keys.join(",")
+            }
+        ),
+    );
+    r.enforce(
+        Capability::Processes,
+        "single wasm instance",
+        "WASI has no fork, exec, signals or ptrace; host processes are unreachable",
+    );
+    r.enforce(
+        Capability::Pids,
+        "single wasm instance",
+        format!(
+            "no process or thread creation (wasm threads disabled); limit {} trivially held",
+            limits.processes
+        ),
+    );
+    r.enforce(
+        Capability::Ipc,
+        "no shared memory",
+        "shared memories and wasm threads disabled; no host IPC objects",
+    );
+    r.enforce(
+        Capability::Syscalls,
+        "WASI imports only",
+        "no system calls: the module reaches the host only through the WASI functions linked in",
+    );
+    r.enforce(
+        Capability::Fds,
+        "WASI descriptor table",
+        "only stdin, stdout, stderr and the preopens",
+    );
+    r.enforce(
+        Capability::Memory,
+        "wasmtime ResourceLimiter",
+        format!(
+            "{} across linear memories and tables; bounds-checked accesses with guard pages",
+            sandbox_core::ByteSize(plan.memory)
+        ),
+    );
+    if facts.pooling {
+        r.enforce(
+            Capability::Memory,
+            "pooling allocator",
+            "memory and tables reset between runs; no instance sees another's memory",
+        );
+    }
+    r.enforce(
+        Capability::Cpu,
+        "epoch interruption + thread CPU clock",
+        format!("{:?}", limits.cpu_time),
+    );
+    if let Some(fuel) = facts.fuel {
+        r.enforce(
+            Capability::Cpu,
+            "fuel",
+            format!("{fuel} units (deterministic instruction budget)"),
+        );
+    }
+    r.enforce(
+        Capability::Wall,
+        "epoch deadline + async timeout",
+        format!(
+            "{:?}; interrupts running code and blocking WASI calls",
+            limits.timeout
+        ),
+    );
+    r.enforce(
+        Capability::Output,
+        "host-side capture",
+        format!("{} per stream; the run is ended past it", limits.output),
+    );
+    r.enforce(
+        Capability::Disk,
+        "metered WASI writes",
+        format!("{} written into read-write preopens", limits.disk),
+    );
+    r.enforce(
+        Capability::FileSize,
+        "metered WASI writes",
+        limits.file_size.to_string(),
+    );
+    r.enforce(
+        Capability::OpenFiles,
+        "wasmtime ResourceTable capacity",
+        format!("{} descriptors, streams and pollables", limits.open_files),
+    );
+    r.enforce(
+        Capability::Lifetime,
+        "store dropped at the end of the run",
+        "nothing the module started outlives the run",
+    );
+    for (capability, reason) in &plan.gaps {
+        r.gap(*capability, reason.clone());
+    }
+    r
+}
+
+/// The exit status, attributing failures to the limits that caused them.
+pub(crate) fn status(finished: &Finished) -> ExitStatus {
+    let failed = !matches!(finished.end, End::Exit(0));
+    let limit = match &finished.end {
+        End::Limit(kind) => Some(*kind),
+        _ if finished.stdout.1 || finished.stderr.1 => Some(LimitKind::Output),
+        _ if failed && finished.memory_refused.is_some() => Some(LimitKind::Memory),
+        _ if failed && finished.disk_refused.1 => Some(LimitKind::FileSize),
+        _ if failed && finished.disk_refused.0 => Some(LimitKind::Disk),
+        _ => None,
+    };
+    match (limit, &finished.end) {
+        (Some(limit), _) => ExitStatus::Limit {
+            limit,
+            signal: None,
+        },
+        (None, End::Exit(code)) => ExitStatus::Exited { code: *code },
+        (None, End::Trap(trap, _)) => ExitStatus::Trapped { trap: *trap },
+        // Cancelled and refused runs become errors before this point.
+        (None, _) => ExitStatus::Trapped {
+            trap: sandbox_core::TrapKind::Other,
+        },
+    }
+}
+
+/// Records what was cut off or refused during the run.
+pub(crate) fn denials(r: &mut Receipt, finished: &Finished, caps: &Caps, status: &ExitStatus) {
+    let limits = &caps.limits;
+    if finished.stdout.1 {
+        r.deny(
+            Capability::Output,
+            format!("stdout cut at {}", limits.output),
+        );
+    }
+    if finished.stderr.1 {
+        r.deny(
+            Capability::Output,
+            format!("stderr cut at {}", limits.output),
+        );
+    }
+    if let Some(asked) = finished.memory_refused {
+        r.deny(
+            Capability::Memory,
+            format!(
+                "growth to {} refused at the {} limit",
+                sandbox_core::ByteSize(asked),
+                limits.memory
+            ),
+        );
+    }
+    if finished.disk_refused.0 {
+        r.deny(
+            Capability::Disk,
+            format!("write refused: {} already written", limits.disk),
+        );
+    }
+    if finished.disk_refused.1 {
+        r.deny(
+            Capability::FileSize,
+            format!("write refused: a file would pass {}", limits.file_size),
+        );
+    }
+    match status {
+        ExitStatus::Limit {
+            limit: LimitKind::Wall,
+            ..
+        } => r.deny(
+            Capability::Wall,
+            format!("stopped after {:?}", limits.timeout),
+        ),
+        ExitStatus::Limit {
+            limit: LimitKind::Cpu,
+            ..
+        } => r.deny(
+            Capability::Cpu,
+            format!("stopped after {:?} of CPU", limits.cpu_time),
+        ),
+        ExitStatus::Limit {
+            limit: LimitKind::Fuel,
+            ..
+        } => r.deny(Capability::Cpu, "fuel exhausted"),
+        ExitStatus::Limit {
+            limit: LimitKind::OpenFiles,
+            ..
+        } => r.deny(
+            Capability::OpenFiles,
+            format!("descriptor table full at {}", limits.open_files),
+        ),
+        _ => {}
+    }
+    if let End::Trap(kind, message) = &finished.end {
+        use sandbox_core::TrapKind as T;
+        // Memory-safety faults the engine caught; other traps are in the status alone.
+        if matches!(
+            kind,
+            T::StackOverflow | T::MemoryOutOfBounds | T::TableOutOfBounds | T::BadIndirectCall
+        ) {
+            r.deny(Capability::Memory, format!("stopped at a fault: {message}"));
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Builds the WASI context of one run from its plan: arguments, explicit environment,
+//! preopens with their permissions, stdin from the caps, captured stdout and stderr, and the
+//! socket policy. Nothing of the host is inherited.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sandbox_core::{Access, Error, Result};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::pipe::MemoryInputPipe;
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder, WasiView};
+
+use crate::capture::Capture;
+use crate::plan::{NetPlan, Plan};
+
+/// Resource-table entries reserved beyond `open_files` for stdio streams and pollables.
+const TABLE_SLACK: usize = 16;
+
+/// Builds the context. `args[0]` is the program name the module sees.
+pub(crate) fn context(
+    plan: &Plan,
+    args: &[String],
+    stdin: &[u8],
+    stdout: &Capture,
+    stderr: &Capture,
+    open_files: u32,
+) -> Result<WasiP1Ctx> {
+    let mut b = WasiCtxBuilder::new();
+    b.args(args)
+        .envs(&plan.env)
+        .stdin(MemoryInputPipe::new(Bytes::copy_from_slice(stdin)))
+        .stdout(stdout.clone())
+        .stderr(stderr.clone());
+    for p in &plan.preopens {
+        let perms = match p.access {
+            Access::ReadWrite => FsPerms::ReadWrite,
+            _ => FsPerms::ReadOnly,
+        };
+        b.preopened_dir(&p.host, &p.guest, perms).map_err(|e| {
+            Error::setup(
+                format!("preopen {} at {}", p.host.display(), p.guest),
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
+    }
+    if let Some(cwd) = &plan.cwd {
+        b.initial_cwd(cwd);
+    }
+    match &plan.net {
+        NetPlan::None => {
+            b.allow_tcp(false)
+                .allow_udp(false)
+                .allow_ip_name_lookup(false)
+                .socket_addr_check(|_, _| Box::pin(async { false }));
+        }
+        NetPlan::Allow(_) => {
+            let net = Arc::new(plan.net.clone());
+            b.allow_tcp(true)
+                .allow_udp(false)
+                .allow_ip_name_lookup(false)
+                .socket_addr_check(move |addr, usage| {
+                    let ok = match usage {
+                        SocketAddrUse::TcpConnect => net.allows_connect(addr),
+                        // The implicit bind before a connect is checked as a bind to the
+                        // unspecified address, port 0; nothing else may be bound, and
+                        // listening and accepting are refused.
+                        SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                        _ => false,
+                    };
+                    Box::pin(async move { ok })
+                });
+        }
+        NetPlan::Host => {
+            b.inherit_network()
+                .allow_tcp(true)
+                .allow_udp(true)
+                .allow_ip_name_lookup(true);
+        }
+    }
+    let mut wasi = b.build_p1();
+    wasi.ctx()
+        .table
+        .set_max_capacity(open_files as usize + plan.preopens.len() + TABLE_SLACK);
+    Ok(wasi)
+}

@@ -1,0 +1,258 @@
+//! The container backend's engine runtimes on a real Docker engine (Debian's docker.io,
+//! started by scripts/start-dockerd.sh), with the test images loaded from their
+//! `docker save` archives. These tests fail loudly when no engine is running: they never
+//! pass without one.
+
+mod container_common;
+
+use std::time::Duration;
+
+use container_common::*;
+use strata::{
+    BackendKind, CancelToken, Capability, Caps, ContainerRuntime, ErrorKind, LimitKind, RunContext,
+    ScriptLanguage, Tool,
+};
+
+const DOCKER: ContainerRuntime = ContainerRuntime::Docker;
+
+/// Engine tests run one at a time, so "no container of this process is left" is exact.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Engine containers this test process created and did not remove.
+fn leftover_containers() -> Vec<String> {
+    let (ok, out) = docker(&[
+        "ps",
+        "-a",
+        "-q",
+        "--filter",
+        &format!("label=org.strata.run={}", std::process::id()),
+    ]);
+    assert!(ok, "docker ps failed");
+    out.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn python3_runs_on_the_docker_engine() {
+    let _serial = serial();
+    let images = engine_images();
+    let out = run(
+        &Tool::command(["python3", "-c", "print(1)"]),
+        &caps(&images.python_archive(), DOCKER),
+    );
+    assert_eq!(ok_stdout(&out), "1\n");
+    let receipt = &out.receipt;
+    assert_eq!(receipt.backend, BackendKind::Container);
+    let container = receipt.container.as_ref().expect("container receipt");
+    assert_eq!(container.runtime, "docker");
+    assert!(container.digest.starts_with("sha256:"));
+    assert!(receipt.has(Capability::Net, "--network none"), "{receipt}");
+    assert!(
+        receipt.has(Capability::Privileges, "--cap-drop ALL"),
+        "{receipt}"
+    );
+    // By name, as the engine knows it, and the same id as the native runtime reports.
+    let by_name = run(
+        &Tool::script(ScriptLanguage::Python, "print(2)"),
+        &caps("strata-test/python:1", DOCKER),
+    );
+    assert_eq!(ok_stdout(&by_name), "2\n");
+    let native = run(
+        &Tool::command(["python3", "-c", "print(3)"]),
+        &caps(&images.python_archive(), ContainerRuntime::Native),
+    );
+    assert_eq!(
+        native.receipt.container.expect("native").digest,
+        by_name.receipt.container.expect("engine").digest,
+        "one image id across runtimes"
+    );
+}
+
+#[test]
+fn engine_container_is_locked_down() {
+    let _serial = serial();
+    let images = engine_images();
+    let out = run(
+        &sh(
+            "id -u; grep -E '^(CapEff|NoNewPrivs):' /proc/self/status | tr -s '\\t' ' '; \
+             touch /rootfs-write 2>/dev/null || echo ro-root; \
+             echo ok > /tmp/t && cat /tmp/t; \
+             cp /bin/busybox /tmp/bb 2>/dev/null; /tmp/bb true 2>/dev/null || echo noexec-tmp; \
+             ls /sys/class/net | tr '\\n' ' '",
+        ),
+        &caps(&images.python_archive(), DOCKER),
+    );
+    let text = ok_stdout(&out);
+    for want in [
+        "65534\n",
+        "CapEff: 0000000000000000",
+        "NoNewPrivs: 1",
+        "ro-root",
+        "ok\n",
+        "noexec-tmp",
+    ] {
+        assert!(text.contains(want), "{want:?} missing in {text}");
+    }
+    assert_eq!(text.lines().last(), Some("lo "), "only loopback: {text}");
+}
+
+#[test]
+fn engine_docker_socket_is_never_visible_inside() {
+    let _serial = serial();
+    let images = engine_images();
+    let out = run(
+        &sh("for p in /var/run/docker.sock /run/docker.sock; do test -e $p && echo visible $p; done; echo done"),
+        &caps(&images.python_archive(), DOCKER),
+    );
+    assert_eq!(ok_stdout(&out), "done\n");
+}
+
+#[test]
+fn engine_limits_end_the_run_with_a_typed_reason() {
+    let _serial = serial();
+    let images = engine_images();
+    let caps = caps(&images.python_archive(), DOCKER).timeout(Duration::from_secs(2));
+    let out = run(&Tool::command(["sleep", "30"]), &caps);
+    assert_eq!(out.limit(), Some(LimitKind::Wall), "{}", out.status);
+
+    let mut caps = caps.timeout(Duration::from_secs(20));
+    caps.limits.output = "4K".parse().expect("size");
+    let out = run(&sh("yes strata | head -c 1000000"), &caps);
+    assert!(out.stdout_truncated);
+    assert_eq!(out.stdout.len(), 4096);
+
+    let mut caps = Caps::new().image(images.python_archive()).runtime(DOCKER);
+    caps.limits.memory = "64M".parse().expect("size");
+    let out = run(
+        &Tool::command(["python3", "-c", "b = bytearray(512 << 20); print(len(b))"]),
+        &caps,
+    );
+    assert!(
+        !out.success(),
+        "a 512M allocation under a 64M limit must fail"
+    );
+    assert!(leftover_containers().is_empty());
+}
+
+#[test]
+fn engine_mounts_are_read_only_or_read_write_as_granted() {
+    let _serial = serial();
+    let images = engine_images();
+    let data = tempdir();
+    std::fs::write(data.path().join("in.txt"), "input").expect("write");
+    let out_dir = tempdir();
+    // The container runs as nobody: let it write the read-write grant.
+    std::fs::set_permissions(
+        out_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .expect("chmod");
+    let caps = caps(&images.python_archive(), DOCKER)
+        .mount(data.path(), "/data", strata::Access::ReadOnly)
+        .mount(out_dir.path(), "/out", strata::Access::ReadWrite);
+    let out = run(
+        &sh("cat /data/in.txt > /out/o.txt; echo x > /data/x 2>/dev/null || echo ro"),
+        &caps,
+    );
+    assert_eq!(ok_stdout(&out), "ro\n");
+    assert_eq!(
+        std::fs::read_to_string(out_dir.path().join("o.txt")).expect("out"),
+        "input"
+    );
+}
+
+#[test]
+fn engine_containers_are_removed_after_success_error_timeout_and_cancel() {
+    let _serial = serial();
+    let images = engine_images();
+    let caps = caps(&images.python_archive(), DOCKER);
+    run(&Tool::command(["true"]), &caps);
+    run(&Tool::command(["false"]), &caps);
+    let err = sandbox()
+        .run(&Tool::command(["no-such-program-xyz"]), &caps)
+        .expect_err("missing program");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    let token = CancelToken::new();
+    let canceller = token.clone();
+    let thread = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        canceller.cancel();
+    });
+    let ctx = RunContext {
+        cancel: token,
+        ..RunContext::default()
+    };
+    let err = sandbox()
+        .run_with(&Tool::command(["sleep", "30"]), &caps, &ctx)
+        .expect_err("cancelled");
+    thread.join().expect("join");
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+    assert!(
+        leftover_containers().is_empty(),
+        "containers left behind: {:?}",
+        leftover_containers()
+    );
+}
+
+#[test]
+fn engine_allowlisted_network_fails_closed_and_images_are_never_pulled() {
+    let _serial = serial();
+    let images = engine_images();
+    let caps_allow =
+        caps(&images.python_archive(), DOCKER).net("allow:example.com:443".parse().expect("net"));
+    let err = sandbox()
+        .run(&Tool::command(["true"]), &caps_allow)
+        .expect_err("allowlist");
+    assert_eq!(err.kind(), ErrorKind::Unenforceable);
+    let err = sandbox()
+        .run(
+            &Tool::command(["true"]),
+            &caps("strata-test/not-loaded:404", DOCKER),
+        )
+        .expect_err("unknown image");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest);
+    assert!(err.to_string().contains("never pulls"), "{err}");
+    assert!(leftover_containers().is_empty());
+}
+
+#[test]
+fn docker_save_output_runs_on_the_native_runtime() {
+    let _serial = serial();
+    engine_images();
+    let dir = tempdir();
+    let archive = dir.path().join("saved.tar");
+    let (ok, _) = docker(&[
+        "save",
+        "-o",
+        &archive.display().to_string(),
+        "strata-test/busybox:1",
+    ]);
+    assert!(ok, "docker save failed");
+    let out = run(
+        &sh("echo from-docker-save"),
+        &caps(&archive.display().to_string(), ContainerRuntime::Native),
+    );
+    assert_eq!(ok_stdout(&out), "from-docker-save\n");
+}
+
+#[test]
+fn engine_runs_on_gvisor_runsc() {
+    let _serial = serial();
+    let images = engine_images();
+    if !std::path::Path::new("/usr/bin/runsc").exists() {
+        panic!("runsc is not installed: scripts/deps.sh installs Debian's runsc package");
+    }
+    let out = run(
+        &Tool::command(["python3", "-c", "print(1)"]),
+        &caps(&images.python_archive(), ContainerRuntime::Runsc),
+    );
+    assert_eq!(ok_stdout(&out), "1\n");
+    let receipt = &out.receipt;
+    assert_eq!(
+        receipt.container.as_ref().expect("receipt").runtime,
+        "runsc"
+    );
+    assert!(receipt.has(Capability::Syscalls, "gVisor"), "{receipt}");
+}

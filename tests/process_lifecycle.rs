@@ -1,0 +1,233 @@
+//! Lifecycle of the process backend: cancellation, the warm pool, and leak accounting over
+//! many runs (processes, zombies, mounts, cgroups, fds).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use strata::{BackendChoice, BackendKind, CancelToken, Caps, ErrorKind, RunContext, Sandbox, Tool};
+
+/// Tests here count the process's children and fds, so they run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn zombie_children() -> usize {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // pid (comm) state ppid ...
+            let after = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
+            let mut fields = after.split_whitespace();
+            let state = fields.next().unwrap_or("");
+            let ppid = fields.next().unwrap_or("");
+            state == "Z" && ppid == me
+        })
+        .count()
+}
+
+fn children() -> usize {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            let after = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
+            after.split_whitespace().nth(1) == Some(me.as_str())
+        })
+        .count()
+}
+
+fn run_cgroups() -> usize {
+    let mut count = 0;
+    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !path.is_dir() || path.is_symlink() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("run-{}-", std::process::id())) {
+                count += 1;
+            } else if path.components().count() < 12 {
+                stack.push(path);
+            }
+        }
+    }
+    count
+}
+
+fn mount_count() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|m| m.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn cancel_kills_the_running_sandbox() {
+    let _serial = serial();
+    let marker = "5151.5";
+    let cancel = CancelToken::new();
+    let ctx = RunContext {
+        cancel: cancel.clone(),
+        ..Default::default()
+    };
+    let canceller = {
+        let cancel = cancel.clone();
+        std::thread::spawn(move || {
+            assert!(eventually(Duration::from_secs(10), || !processes_with(
+                marker
+            )
+            .is_empty()));
+            cancel.cancel();
+        })
+    };
+    let start = Instant::now();
+    let err = sandbox()
+        .run_with(&sh(&format!("sleep {marker}")), &Caps::new(), &ctx)
+        .expect_err("cancelled");
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+    assert!(start.elapsed() < Duration::from_secs(20));
+    canceller.join().expect("canceller");
+    assert!(eventually(Duration::from_secs(2), || processes_with(
+        marker
+    )
+    .is_empty()));
+}
+
+#[test]
+fn streaming_sink_sees_output_in_order() {
+    let _serial = serial();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = {
+        let seen = seen.clone();
+        Arc::new(move |stream: strata::Stream, chunk: &[u8]| {
+            if stream == strata::Stream::Stdout {
+                seen.lock().expect("lock").extend_from_slice(chunk);
+            }
+        })
+    };
+    let ctx = RunContext {
+        sink: Some(sink),
+        ..Default::default()
+    };
+    let out = sandbox()
+        .run_with(
+            &sh("for i in 1 2 3; do echo line$i; done"),
+            &Caps::new(),
+            &ctx,
+        )
+        .expect("run");
+    assert_eq!(*seen.lock().expect("lock"), out.stdout);
+    assert_eq!(stdout(&out), "line1\nline2\nline3\n");
+}
+
+fn warm_sandbox() -> Sandbox {
+    Sandbox::builder()
+        .backend(BackendChoice::Only(BackendKind::Process))
+        .helper(helper())
+        .warm_pool(2)
+        .build()
+        .expect("build")
+}
+
+#[test]
+fn warm_pool_runs_are_isolated_from_each_other() {
+    let _serial = serial();
+    let sb = warm_sandbox();
+    let caps = Caps::new();
+    for i in 0..6 {
+        let out = sb
+            .run(
+                &sh(&format!("ls /tmp; echo run{i} > /tmp/state; ps -e | wc -l")),
+                &caps,
+            )
+            .expect("run");
+        let text = ok_stdout(&out);
+        assert!(
+            !text.contains("state"),
+            "run {i} saw a previous run's file: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn warm_pool_sandboxes_die_with_the_sandbox_handle() {
+    let _serial = serial();
+    let before = children();
+    let sb = warm_sandbox();
+    let caps = Caps::new();
+    sb.run(&Tool::command(["/bin/true"]), &caps).expect("run");
+    let backend = sb.backend(BackendKind::Process).expect("backend");
+    assert!(
+        eventually(Duration::from_secs(10), || children() >= before + 2),
+        "pool refilled"
+    );
+    drop(backend);
+    drop(sb);
+    assert!(
+        eventually(Duration::from_secs(5), || children() <= before),
+        "idle warm sandboxes outlived their handle: {} > {before}",
+        children()
+    );
+}
+
+#[test]
+fn thousand_runs_leak_no_processes_zombies_mounts_cgroups_or_fds() {
+    let _serial = serial();
+    let sb = sandbox();
+    let caps = Caps::new();
+    let tool = Tool::command(["/bin/true"]);
+    sb.run(&tool, &caps).expect("warm-up");
+    let (fds, mounts) = (fd_count(), mount_count());
+    let timeout_caps = Caps::new().timeout(Duration::from_millis(50));
+    let mut output_caps = Caps::new();
+    output_caps.limits.output = strata::ByteSize(1024);
+    for i in 0..1000 {
+        let out = match i % 100 {
+            7 => sb.run(&sh("sleep 5 & sleep 5"), &timeout_caps),
+            8 => sb.run(&Tool::command(["yes"]), &output_caps),
+            9 => sb
+                .run(&Tool::command(["no-such-binary"]), &caps)
+                .or_else(|e| {
+                    assert_eq!(e.kind(), ErrorKind::InvalidRequest);
+                    sb.run(&tool, &caps)
+                }),
+            _ => sb.run(&tool, &caps),
+        }
+        .expect("run");
+        assert!(
+            out.success() || out.limit().is_some(),
+            "run {i}: {}",
+            out.status
+        );
+    }
+    assert_eq!(zombie_children(), 0, "zombies");
+    assert_eq!(children(), 0, "leftover child processes");
+    assert_eq!(fd_count(), fds, "leaked fds");
+    assert_eq!(mount_count(), mounts, "leaked mounts in the host namespace");
+    if is_root() {
+        assert_eq!(run_cgroups(), 0, "leaked run cgroups");
+    }
+}
