@@ -56,6 +56,7 @@ pub struct SandboxBuilder {
     warm_pool: usize,
     #[cfg(feature = "wasm")]
     wasm_config: Option<sandbox_wasm::WasmConfig>,
+    #[cfg(feature = "wasm")]
     wasm_layered: bool,
 }
 
@@ -98,6 +99,7 @@ impl SandboxBuilder {
     /// Runs the wasm engine inside the process sandbox (through the `strata-wasm-host`
     /// binary), so an engine escape still meets namespaces, landlock and seccomp; the
     /// receipt lists both layers. Default: off.
+    #[cfg(feature = "wasm")]
     pub fn wasm_in_process_sandbox(mut self, layered: bool) -> Self {
         self.wasm_layered = layered;
         self
@@ -119,9 +121,13 @@ impl SandboxBuilder {
                 warm_pool: self.warm_pool,
                 #[cfg(feature = "wasm")]
                 wasm_config: self.wasm_config,
+                #[cfg(feature = "wasm")]
                 wasm_layered: self.wasm_layered,
+                #[cfg(feature = "process")]
                 process: OnceLock::new(),
+                #[cfg(feature = "wasm")]
                 wasm: OnceLock::new(),
+                #[cfg(feature = "process")]
                 container: OnceLock::new(),
             }),
         })
@@ -152,9 +158,13 @@ struct Inner {
     warm_pool: usize,
     #[cfg(feature = "wasm")]
     wasm_config: Option<sandbox_wasm::WasmConfig>,
+    #[cfg(feature = "wasm")]
     wasm_layered: bool,
+    #[cfg(feature = "process")]
     process: OnceLock<Arc<dyn Backend>>,
+    #[cfg(feature = "wasm")]
     wasm: OnceLock<Arc<dyn Backend>>,
+    #[cfg(feature = "process")]
     container: OnceLock<Arc<dyn Backend>>,
 }
 

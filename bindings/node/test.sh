@@ -16,6 +16,9 @@ cd "$here"
 step() { printf '\n--- node: %s\n' "$*"; }
 
 step "npm install (builds the native addon and strata-helper with cargo)"
+# Not fatal: a mismatch only costs build time (see the script).
+"$root/scripts/check-build-features.sh" -p strata-node -p strata \
+  || echo "warning: the addon build will recompile crates CI already built"
 npm install --no-audit --no-fund --foreground-scripts
 
 step "tsc --noEmit (index.d.ts against test/types.ts and the example)"

@@ -21,7 +21,7 @@ py="$venv/bin/python"
   "langchain-core==1.8.3" "openai-agents==0.24.0"
 
 # Not fatal: a mismatch only costs build time (see the script).
-"$here/check-features.sh" || echo "warning: the wheel build will recompile crates CI already built"
+"$root/scripts/check-build-features.sh" -p strata-python || echo "warning: the wheel build will recompile crates CI already built"
 
 echo "python: building and installing strata-sandbox (pip install ./bindings/python)"
 # Without build isolation the pinned maturin above is used and nothing is downloaded.
