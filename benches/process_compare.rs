@@ -231,6 +231,10 @@ fn main() {
     );
     println!("targets: cold <= 1.5 ms p50, warm <= 0.3 ms p50");
 
+    // The warm sandbox keeps a pre-built sandbox idle: end both before counting anything.
+    drop(cold_sb);
+    drop(warm_sb);
+
     // Host-side memory per idle warm sandbox.
     let before = rss_kib();
     let pool_sb = sandbox(16);
