@@ -784,6 +784,7 @@ fn embedder_death_kills_the_sandbox() {
             .is_empty()),
         "sandboxed sleep never started"
     );
+    let embedder = child.id();
     child.kill().expect("SIGKILL the embedder");
     let _ = child.wait();
     assert!(
@@ -791,6 +792,23 @@ fn embedder_death_kills_the_sandbox() {
         "sandbox outlived its embedder: {:?}",
         processes_with(marker)
     );
+    if is_root() {
+        // The embedder never got to remove its run's cgroups: the next Strata process to
+        // start sweeps the empty cgroups of embedders that no longer exist.
+        let swept = || {
+            let next = std::process::Command::new(&cli)
+                .args(["run", "--", "/bin/true"])
+                .env("STRATA_HELPER", helper())
+                .status()
+                .expect("run the cli again");
+            assert!(next.success());
+            run_cgroups_of(embedder) == 0
+        };
+        assert!(
+            eventually(Duration::from_secs(5), swept),
+            "the killed embedder's cgroups were left behind"
+        );
+    }
 }
 
 #[test]

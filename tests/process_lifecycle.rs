@@ -54,29 +54,6 @@ fn children() -> usize {
         .count()
 }
 
-fn run_cgroups() -> usize {
-    let mut count = 0;
-    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if !path.is_dir() || path.is_symlink() {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&format!("run-{}-", std::process::id())) {
-                count += 1;
-            } else if path.components().count() < 12 {
-                stack.push(path);
-            }
-        }
-    }
-    count
-}
-
 fn mount_count() -> usize {
     std::fs::read_to_string("/proc/self/mountinfo")
         .map(|m| m.lines().count())
@@ -223,11 +200,13 @@ fn thousand_runs_leak_no_processes_zombies_mounts_cgroups_or_fds() {
             out.status
         );
     }
+    // Dropping the handle waits for the cgroups of finished runs to be removed.
+    drop(sb);
     assert_eq!(zombie_children(), 0, "zombies");
     assert_eq!(children(), 0, "leftover child processes");
     assert_eq!(fd_count(), fds, "leaked fds");
     assert_eq!(mount_count(), mounts, "leaked mounts in the host namespace");
     if is_root() {
-        assert_eq!(run_cgroups(), 0, "leaked run cgroups");
+        assert_eq!(run_cgroups_of(std::process::id()), 0, "leaked run cgroups");
     }
 }

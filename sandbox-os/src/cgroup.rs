@@ -193,7 +193,7 @@ pub fn detect() -> Result<Layout, String> {
             v
         }
     };
-    for base in bases {
+    for base in &bases {
         match fs::create_dir(base) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -209,6 +209,7 @@ pub fn detect() -> Result<Layout, String> {
             .map_err(|e| format!("cannot create cgroups in {}: {e}", base.display()))?;
         let _ = fs::remove_dir(&probe);
     }
+    crate::cgroup_cleanup::sweep_stale(&bases);
     if let Layout::V2 { base } = &layout {
         // Children of `strata/` need the controllers delegated to them.
         fs::write(base.join("cgroup.subtree_control"), "+memory +pids")
@@ -427,20 +428,12 @@ impl RunCgroup {
 }
 
 impl Drop for RunCgroup {
+    /// Kills anything left inside, then hands the (empty) directories to the cleanup
+    /// thread: `rmdir` of a cgroup can block for milliseconds and nothing of the run is
+    /// alive any more.
     fn drop(&mut self) {
         self.kill_all();
-        for dir in self.dirs.iter().rev() {
-            for attempt in 0..100 {
-                match fs::remove_dir(dir) {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(_) if attempt < 99 => std::thread::sleep(Duration::from_millis(1)),
-                    Err(e) => {
-                        tracing::warn!(dir = %dir.display(), error = %e, "could not remove run cgroup")
-                    }
-                }
-            }
-        }
+        crate::cgroup_cleanup::remove_later(std::mem::take(&mut self.dirs));
     }
 }
 

@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod cgroup;
+pub mod cgroup_cleanup;
 pub mod container;
 pub mod fs_policy;
 pub mod helper;

@@ -80,6 +80,15 @@ impl std::fmt::Debug for ProcessBackend {
     }
 }
 
+impl Drop for ProcessBackend {
+    /// Kills the idle warm sandboxes and waits (up to a second) until the cgroups of
+    /// finished runs are removed, so a dropped backend leaves nothing behind.
+    fn drop(&mut self) {
+        self.pool.clear();
+        crate::cgroup_cleanup::flush(std::time::Duration::from_secs(1));
+    }
+}
+
 impl Default for ProcessBackend {
     fn default() -> Self {
         Self::new()

@@ -179,3 +179,27 @@ pub fn cli() -> PathBuf {
         .to_path_buf();
     dir.join("strata")
 }
+
+/// Run cgroups (`run-PID-N`) of embedding process `pid` anywhere under /sys/fs/cgroup.
+pub fn run_cgroups_of(pid: u32) -> usize {
+    let prefix = format!("run-{pid}-");
+    let mut count = 0;
+    let mut stack = vec![PathBuf::from("/sys/fs/cgroup")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !path.is_dir() || path.is_symlink() {
+                continue;
+            }
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                count += 1;
+            } else if path.components().count() < 12 {
+                stack.push(path);
+            }
+        }
+    }
+    count
+}
