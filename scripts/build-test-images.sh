@@ -94,7 +94,6 @@ build() {
     --env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     --env "LANG=C.UTF-8" --cmd '["python3"]' --whiteout /usr/share/doc "$base" "$py"
   echo "$want" > "$stamp"
-  rm -f "$out/docker-loaded"
   echo "test images built in $((SECONDS - t0)) s under $out"
 }
 
@@ -108,10 +107,13 @@ fi
 
 if $load_docker; then
   docker_cli() { if [ -x /usr/bin/docker ]; then /usr/bin/docker "$@"; else docker "$@"; fi; }
-  if [ ! -f "$out/docker-loaded" ] \
-     || ! docker_cli image inspect strata-test/python:1 strata-test/busybox:1 >/dev/null 2>&1; then
-    docker_cli load -q -i "$out/busybox.docker.tar"
-    docker_cli load -q -i "$out/python.docker.tar"
-    touch "$out/docker-loaded"
-  fi
+  # The image id the engine should have for a tag: the archive's config digest. Another
+  # checkout sharing this engine may have tagged a different build of the image.
+  archive_id() { tar -xOf "$1" manifest.json | python3 -c 'import json,sys; print("sha256:" + json.load(sys.stdin)[0]["Config"].split("/")[-1].removesuffix(".json"))'; }
+  engine_id() { docker_cli image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+  for name in busybox python; do
+    if [ "$(engine_id "strata-test/$name:1")" != "$(archive_id "$out/$name.docker.tar")" ]; then
+      docker_cli load -q -i "$out/$name.docker.tar"
+    fi
+  done
 fi

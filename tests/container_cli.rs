@@ -126,3 +126,55 @@ fn cli_refuses_bad_container_arguments_with_exit_2() {
         assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
     }
 }
+
+#[test]
+fn engine_container_of_a_sigkilled_embedder_is_removed_by_the_next_run() {
+    let images = engine_images();
+    let image = images.python_archive();
+    let marker = "sleep 3131";
+    let mut embedder = Command::new(cli())
+        .args(["run", "--backend", "container", "--runtime", "docker"])
+        .args([
+            "--image",
+            &image,
+            "--timeout",
+            "600",
+            "--",
+            "sh",
+            "-c",
+            marker,
+        ])
+        .env("STRATA_HELPER", helper())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the cli");
+    let label = format!("label=org.strata.run={}", embedder.id());
+    let containers = || {
+        let (ok, out) = docker(&["ps", "-a", "-q", "--filter", &label]);
+        assert!(ok, "docker ps failed");
+        out.lines().count()
+    };
+    assert!(
+        eventually_zero(|| usize::from(containers() == 0)),
+        "the embedder's container never started"
+    );
+    // The engine, not the embedder, is the container's parent: it survives a SIGKILL.
+    embedder.kill().expect("SIGKILL the embedder");
+    let _ = embedder.wait();
+    assert_eq!(containers(), 1, "the container should outlive its embedder");
+
+    // The next process that uses the engine removes it.
+    let (code, _, stderr) = strata(&[
+        "run",
+        "--backend",
+        "container",
+        "--runtime",
+        "docker",
+        "--image",
+        &image,
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(containers(), 0, "the abandoned container was left behind");
+}

@@ -9,7 +9,8 @@
 //! (`--log-driver none`; output is read from the attach stream with the caps' limit).
 //! Images are never pulled: a path is loaded into the engine (`docker load`), a name must
 //! already be in it. The container is always removed: after the run, on error, when the
-//! caller cancels, and on panic (a drop guard).
+//! caller cancels, and on panic (a drop guard). A container whose embedder was SIGKILLed
+//! mid-run is removed by the next Strata process that uses the engine (see [`super::owner`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +22,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, ImportImageOptions, KillContainerOptions,
-    RemoveContainerOptions, WaitContainerOptions,
+    ListContainersOptions, RemoveContainerOptions, WaitContainerOptions,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -33,6 +34,7 @@ use sandbox_core::{
 use tokio::io::AsyncWriteExt;
 
 use super::image::{self, Format};
+use super::owner::{Owner, OWNER_LABEL};
 
 /// The Docker engine's socket.
 pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
@@ -83,6 +85,70 @@ async fn connect(runtime: ContainerRuntime) -> Result<Docker> {
             format!("the engine at {path} does not answer: {e}"),
         )
     })
+}
+
+/// The labels of a run's container: the embedding process's PID (`org.strata.run`) and
+/// its full identity ([`OWNER_LABEL`]), by which abandoned containers are found.
+fn labels() -> HashMap<String, String> {
+    let mut labels =
+        HashMap::from([("org.strata.run".to_string(), std::process::id().to_string())]);
+    if let Some(owner) = Owner::current() {
+        labels.insert(OWNER_LABEL.to_string(), owner.label());
+    }
+    labels
+}
+
+/// Removes the containers of embedders that died mid-run on this machine (see
+/// [`super::owner`]). Once per engine socket per process; failures are logged, never fatal.
+async fn sweep_abandoned(docker: &Docker, socket: &'static str) {
+    static SWEPT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    {
+        let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
+        if swept.contains(&socket) {
+            return;
+        }
+        swept.push(socket);
+    }
+    let Some(me) = Owner::current() else {
+        return;
+    };
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(HashMap::from([(
+            "label".to_string(),
+            vec![OWNER_LABEL.to_string()],
+        )])),
+        ..Default::default()
+    };
+    let containers = match docker.list_containers(Some(options)).await {
+        Ok(containers) => containers,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list containers to sweep abandoned runs");
+            return;
+        }
+    };
+    for container in containers {
+        let abandoned = container
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(OWNER_LABEL))
+            .and_then(|label| Owner::parse(label))
+            .is_some_and(|owner| owner.is_gone(&me));
+        let Some(id) = container.id.filter(|_| abandoned) else {
+            continue;
+        };
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match docker.remove_container(&id, Some(options)).await {
+            Ok(()) => tracing::info!(container = %id, "removed a container whose embedder died"),
+            Err(e) => {
+                tracing::warn!(container = %id, error = %e, "could not remove an abandoned container")
+            }
+        }
+    }
 }
 
 /// Resolves the image to an engine image id, loading a `docker save` archive when needed.
@@ -348,6 +414,7 @@ async fn run_async(
     let start = Instant::now();
     let runtime = container.runtime;
     let docker = connect(runtime).await?;
+    sweep_abandoned(&docker, socket(runtime)).await;
     let engine_image = resolve_image(&docker, &container.image).await?;
     let image_id = engine_image.id.clone();
     let user = if is_root_user(&engine_image.user) {
@@ -378,10 +445,7 @@ async fn run_async(
         stdin_once: Some(true),
         tty: Some(false),
         network_disabled: Some(host.network_mode.as_deref() == Some("none")),
-        labels: Some(HashMap::from([(
-            "org.strata.run".to_string(),
-            std::process::id().to_string(),
-        )])),
+        labels: Some(labels()),
         host_config: Some(host.clone()),
         ..Default::default()
     };

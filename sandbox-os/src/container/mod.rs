@@ -24,6 +24,7 @@ pub mod cache;
 pub mod engine;
 pub mod image;
 pub mod native;
+pub mod owner;
 pub mod unpack;
 pub mod user;
 
