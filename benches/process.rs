@@ -6,22 +6,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use strata::{BackendChoice, BackendKind, Caps, Sandbox, Tool};
+mod common;
 
-fn helper() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("exe");
-    let deps = exe.parent().expect("deps");
-    deps.parent().expect("target").join("strata-helper")
-}
-
-fn sandbox(warm: usize) -> Sandbox {
-    Sandbox::builder()
-        .backend(BackendChoice::Only(BackendKind::Process))
-        .helper(helper())
-        .warm_pool(warm)
-        .build()
-        .expect("sandbox")
-}
+use common::{bwrap, sandbox};
+use strata::{Caps, Tool};
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("true");
@@ -54,33 +42,6 @@ fn bench(c: &mut Criterion) {
         eprintln!("bwrap not installed: skipping the bwrap comparison (apt install bubblewrap)");
     }
     group.finish();
-}
-
-/// `bwrap --unshare-all` with the same read-only system view Strata gives by default.
-pub fn bwrap() -> Command {
-    let mut cmd = Command::new("bwrap");
-    cmd.args([
-        "--unshare-all",
-        "--die-with-parent",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-    ]);
-    for link in ["bin", "sbin", "lib", "lib64"] {
-        if let Ok(target) = std::fs::read_link(format!("/{link}")) {
-            cmd.arg("--symlink").arg(target).arg(format!("/{link}"));
-        }
-    }
-    cmd.args([
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--tmpfs",
-        "/tmp",
-        "/bin/true",
-    ]);
-    cmd
 }
 
 criterion_group!(benches, bench);

@@ -11,51 +11,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use strata::{BackendChoice, BackendKind, Caps, Sandbox, Tool};
+mod common;
 
-fn helper() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("exe");
-    exe.parent()
-        .expect("deps")
-        .parent()
-        .expect("target")
-        .join("strata-helper")
-}
-
-fn sandbox(warm: usize) -> Sandbox {
-    Sandbox::builder()
-        .backend(BackendChoice::Only(BackendKind::Process))
-        .helper(helper())
-        .warm_pool(warm)
-        .build()
-        .expect("sandbox")
-}
-
-fn bwrap() -> Command {
-    let mut cmd = Command::new("bwrap");
-    cmd.args([
-        "--unshare-all",
-        "--die-with-parent",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-    ]);
-    for link in ["bin", "sbin", "lib", "lib64"] {
-        if let Ok(target) = std::fs::read_link(format!("/{link}")) {
-            cmd.arg("--symlink").arg(target).arg(format!("/{link}"));
-        }
-    }
-    cmd.args([
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--tmpfs",
-        "/tmp",
-        "/bin/true",
-    ]);
-    cmd
-}
+use common::{bwrap, sandbox};
+use strata::{BackendKind, Caps, Tool};
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
