@@ -4,8 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh demo
-cargo build --release --bins --quiet
-cargo run --release --quiet --example quickstart
+# The whole workspace, as scripts/test.sh builds it: the same features for every crate,
+# so the test suite afterwards reuses these artifacts instead of compiling wasmtime again.
+cargo build --release --workspace --bins --examples --quiet
+target/release/examples/quickstart
 echo
 echo "The same from the CLI:"
 echo "+ strata run --ro /etc/hostname -- cat /etc/hostname"
