@@ -29,8 +29,8 @@ export type BackendName = 'auto' | 'process' | 'wasm' | 'container' | 'microvm'
 export interface SandboxOptions {
   /**
    * The backend. Default `'auto'`: WebAssembly modules run on `wasm`, commands and scripts
-   * on `process` (Linux namespaces, landlock, seccomp, cgroups). `container` and `microvm`
-   * report themselves unavailable until they are built.
+   * on `process` (Linux namespaces, landlock, seccomp, cgroups). `container` runs the
+   * caps' `image`; `microvm` reports itself unavailable until it is built.
    */
   backend?: BackendName
   /**
@@ -210,7 +210,26 @@ export interface Caps {
   disk?: ByteSize
   /** Address-space limit (`RLIMIT_AS`). Default: none (memory is capped by `memory`). */
   addressSpace?: ByteSize
+  /** CPU bandwidth in cores (a cgroup quota; `0.5` is half a core). Default 1. */
+  cpus?: number
+  /**
+   * Container backend only: the image, as a local OCI image layout directory, a
+   * `docker save`/OCI archive, a root file system directory, or (engine runtimes) an image
+   * the engine already has. Images are never pulled. Default: none.
+   */
+  image?: string
+  /** Container backend only: who runs the image. Default `'native'` (no daemon). */
+  runtime?: ContainerRuntime
+  /**
+   * Container backend, native runtime only: a host directory that keeps the container's
+   * writable layer between runs. Default: none (every run gets a fresh, size-capped writable
+   * layer that is discarded when the run ends).
+   */
+  workspace?: string
 }
+
+/** The container runtimes: Strata's own, or a Docker/Podman engine (optionally gVisor). */
+export type ContainerRuntime = 'native' | 'docker' | 'podman' | 'runsc'
 
 // ---------------------------------------------------------------------------------------
 // Results
@@ -245,6 +264,11 @@ export interface Receipt {
   gaps: { capability: Capability; reason: string }[]
   /** Denials and limit hits observed during the run. */
   denials: { capability: Capability; detail: string }[]
+  /**
+   * Container runs only: the runtime that ran the tool, the image as given, and its id
+   * (`sha256:` digest of its configuration, or `dir:PATH` for a root file system directory).
+   */
+  container?: { runtime: ContainerRuntime; image: string; digest: string }
 }
 
 /** The result of a run that happened. A non-zero exit is data, not an error. */

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
-use strata::{ByteSize, Caps, Error, Mount, Net, NetRule, Receipt, RunOutput, SystemDirs, Tool};
+use strata::{
+    ByteSize, Caps, ContainerRuntime, ContainerSpec, Error, Mount, Net, NetRule, Receipt,
+    RunOutput, SystemDirs, Tool,
+};
 
 /// The caps object of the Node API (`readOnly`, `timeoutMs`, ...), mapped onto [`Caps`].
 ///
@@ -35,6 +38,10 @@ pub(crate) struct NodeCaps {
     open_files: Option<u32>,
     disk: Option<ByteSize>,
     address_space: Option<ByteSize>,
+    cpus: Option<f64>,
+    image: Option<String>,
+    runtime: Option<ContainerRuntime>,
+    workspace: Option<PathBuf>,
 }
 
 impl From<NodeCaps> for Caps {
@@ -85,6 +92,18 @@ impl From<NodeCaps> for Caps {
         }
         if node.address_space.is_some() {
             limits.address_space = node.address_space;
+        }
+        if let Some(cpus) = node.cpus {
+            limits.cpus = cpus;
+        }
+        // A runtime or workspace without an image becomes an empty image, which the core
+        // refuses by name, rather than options silently ignored.
+        if node.image.is_some() || node.runtime.is_some() || node.workspace.is_some() {
+            caps.container = Some(ContainerSpec {
+                image: node.image.unwrap_or_default(),
+                runtime: node.runtime.unwrap_or_default(),
+                workspace: node.workspace,
+            });
         }
         caps
     }

@@ -92,6 +92,10 @@ describe('bad input is rejected with invalid_request and nothing runs', () => {
     'an unknown run option': (tool, caps) => sandbox.run(tool, caps, { timeout: 5 }),
     'a callback that is not a function': (tool, caps) => sandbox.run(tool, caps, { onStdout: 'print' }),
     'a signal that is not an AbortSignal': (tool, caps) => sandbox.run(tool, caps, { signal: true }),
+    'a zero cpu share': (tool, caps) => sandbox.run(tool, { ...caps, cpus: 0 }),
+    'an unknown container runtime': (tool, caps) => sandbox.run(tool, { ...caps, image: '/x', runtime: 'lxc' }),
+    'a container runtime without an image': (tool, caps) => sandbox.run(tool, { ...caps, runtime: 'docker' }),
+    'a relative container workspace': (tool, caps) => sandbox.run(tool, { ...caps, image: '/x', workspace: 'ws' }),
   }
   for (const [name, attempt] of Object.entries(cases)) {
     test(name, async (t) => {

@@ -7,6 +7,7 @@ const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const net = require('node:net')
 const path = require('node:path')
+const { execFileSync } = require('node:child_process')
 
 const { Sandbox, Tool, doctor, version, helperPath } = require('..')
 const { tempDir, marker } = require('./helpers.js')
@@ -282,6 +283,32 @@ describe('caps', () => {
     })
     assert.equal(result.exitCode, 0)
     assert.ok(result.receipt.enforced.some((e) => e.capability === 'memory' && e.detail.includes('256')))
+  })
+
+  test('cpus sets the CPU quota named in the receipt', async () => {
+    const result = await sandbox.run(['true'], { cpus: 0.5 })
+    assert.equal(result.exitCode, 0)
+    const quota = result.receipt.enforced.find((e) => e.mechanism === 'cgroup cpu quota')
+    assert.ok(quota, JSON.stringify(result.receipt.enforced))
+    assert.match(quota.detail, /0\.5 core/)
+  })
+
+  test('image runs the tool in a container image (native runtime)', async () => {
+    // The repository's test images, built from Debian packages (cached; never pulled).
+    const repo = path.join(__dirname, '..', '..', '..')
+    execFileSync(path.join(repo, 'scripts', 'build-test-images.sh'), { stdio: 'ignore' })
+    const image = path.join(repo, '.ci', 'cache', 'images', 'python-oci')
+    const containers = new Sandbox({ backend: 'container' })
+    const result = await containers.run(['python3', '-c', 'import os; print(os.path.exists("/usr/bin/python3"), os.getuid())'], {
+      image,
+      runtime: 'native',
+      cpus: 1,
+    })
+    assert.equal(result.exitCode, 0, result.stderr)
+    assert.equal(result.stdout.split(' ')[0], 'True')
+    assert.equal(result.receipt.backend, 'container')
+    assert.equal(result.receipt.container.runtime, 'native')
+    assert.match(result.receipt.container.digest, /^sha256:/)
   })
 
   test('undefined and null keys keep their defaults', async () => {

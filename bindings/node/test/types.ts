@@ -27,6 +27,7 @@ import type {
   AiSdkTool,
   BackendName,
   Caps,
+  ContainerRuntime,
   DoctorReport,
   ErrorCode,
   LimitKind,
@@ -79,7 +80,11 @@ async function runs(sandbox: Sandbox): Promise<void> {
     openFiles: 64,
     disk: '8M',
     addressSpace: '4G',
+    cpus: 0.5,
   }
+  const containerCaps: Caps = { image: '/images/python-oci', runtime: 'native', workspace: '/srv/ws' }
+  const runtimes: ContainerRuntime[] = ['native', 'docker', 'podman', 'runsc']
+  void [containerCaps, runtimes]
   const nets: NonNullable<Caps['net']>[] = ['host', 'allow:pypi.org:443', ['pypi.org', { host: '1.1.1.1', port: 53 }], { allow: [] }]
   const controller = new AbortController()
   const options: RunOptions = {
@@ -99,7 +104,8 @@ async function runs(sandbox: Sandbox): Promise<void> {
     const receipt: Receipt = result.receipt
     const mechanisms: string[] = receipt.enforced.map((e) => `${e.capability}: ${e.mechanism} (${e.detail})`)
     const gaps: string[] = receipt.gaps.map((g) => g.reason)
-    void [code, signal, limit, text, flags, times, mechanisms, gaps, receipt.denials, receipt.layers]
+    const digest: string | undefined = receipt.container?.digest
+    void [code, signal, limit, text, flags, times, mechanisms, gaps, receipt.denials, receipt.layers, digest]
   }
   await sandbox.run(['true'])
   await sandbox.run(['true'], null)

@@ -4,6 +4,7 @@ process backend."""
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -295,3 +296,24 @@ def test_warm_pool_runs_the_same(marker: str) -> None:
     outputs = [sb.run(["/bin/echo", str(i)], caps).stdout for i in range(4)]
     assert outputs == ["0\n", "1\n", "2\n", "3\n"]
     sb.close()
+
+
+def test_container_image_runs_natively_with_cpus() -> None:
+    # The repository's test images, built from Debian packages (cached; never pulled).
+    repo = Path(__file__).resolve().parents[3]
+    subprocess.run([str(repo / "scripts" / "build-test-images.sh")], check=True, capture_output=True)
+    image = repo / ".ci" / "cache" / "images" / "python-oci"
+    with strata.Sandbox("container") as containers:
+        result = containers.run(
+            ["python3", "-c", "import os; print(os.path.exists('/usr/bin/python3'))"],
+            strata.Caps(image=str(image), runtime="native", cpus=0.5, timeout=30),
+        )
+    assert result.ok, result.stderr
+    assert result.stdout == "True\n"
+    receipt = result.receipt
+    assert receipt.backend == "container"
+    container = receipt.to_dict()["container"]
+    assert container["runtime"] == "native"
+    assert container["digest"].startswith("sha256:")
+    quota = [e for e in receipt.enforced if e["mechanism"] == "cgroup cpu quota"]
+    assert quota and "0.5 core" in quota[0]["detail"], receipt.enforced
