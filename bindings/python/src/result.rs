@@ -215,6 +215,13 @@ impl PyReceipt {
         json_to_py(py, &serialize(py, &self.receipt.denials)?)
     }
 
+    /// Container runs only: `{"runtime", "image", "digest"}` (the image id, `sha256:...`, or
+    /// `dir:PATH` for a root file system directory); `None` for other backends.
+    #[getter]
+    fn container<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_to_py(py, &serialize(py, &self.receipt.container)?)
+    }
+
     /// Whether `capability` (e.g. `"fs"`, `"net"`) is enforced by a mechanism whose name
     /// contains `mechanism` (e.g. `"landlock"`).
     fn has(&self, py: Python<'_>, capability: &str, mechanism: &str) -> PyResult<bool> {

@@ -143,6 +143,7 @@ def test_receipt_and_to_dict(sb: strata.Sandbox) -> None:
     result = sb.run(["/bin/true"])
     receipt = result.receipt
     assert receipt.backend == "process"
+    assert receipt.container is None
     assert receipt.layers == ["process"]
     assert receipt.strictness == "strict"
     assert receipt.gaps == []
@@ -312,7 +313,8 @@ def test_container_image_runs_natively_with_cpus() -> None:
     assert result.stdout == "True\n"
     receipt = result.receipt
     assert receipt.backend == "container"
-    container = receipt.to_dict()["container"]
+    container = receipt.container
+    assert container is not None and container == receipt.to_dict()["container"]
     assert container["runtime"] == "native"
     assert container["digest"].startswith("sha256:")
     quota = [e for e in receipt.enforced if e["mechanism"] == "cgroup cpu quota"]
