@@ -2,6 +2,8 @@
 //! stop (SECURITY.md classes A–K where they apply to images). Hostile layers are generated
 //! here with the `tar` crate; the host side checks its canaries.
 
+#[path = "common/mod.rs"]
+mod common;
 mod container_common;
 
 use std::path::Path;
@@ -484,29 +486,6 @@ fn timeout_kills_the_whole_container_tree() {
     );
 }
 
-fn run_cgroups() -> usize {
-    let mut count = 0;
-    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if !path.is_dir() || path.is_symlink() {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&format!("run-{}-", std::process::id())) {
-                count += 1;
-            } else if path.components().count() < 12 {
-                stack.push(path);
-            }
-        }
-    }
-    count
-}
-
 #[test]
 fn many_container_runs_leak_no_mounts_cgroups_processes_or_temp_dirs() {
     let fixture = Fixture::with_layers(vec![]);
@@ -535,7 +514,7 @@ fn many_container_runs_leak_no_mounts_cgroups_processes_or_temp_dirs() {
     );
     assert_eq!(fixture.leftovers(), 0, "unpack temp dirs left");
     assert!(
-        container_common::eventually_zero(run_cgroups),
+        container_common::eventually_zero(|| common::run_cgroups_of(std::process::id())),
         "run cgroups left behind"
     );
     for root in fixture.cached_roots() {

@@ -258,6 +258,8 @@ pub struct RunCgroup {
     dirs: Vec<PathBuf>,
     version2: bool,
     cpu_quota: bool,
+    /// The file CPU usage is read from (`cpu.stat` on v2, `cpuacct.usage` on v1), if any.
+    cpu_usage_file: Option<PathBuf>,
 }
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
@@ -274,6 +276,7 @@ impl RunCgroup {
             dirs: Vec::new(),
             version2: matches!(layout, Layout::V2 { .. }),
             cpu_quota: false,
+            cpu_usage_file: None,
         };
         match layout {
             Layout::V2 { base } => {
@@ -316,6 +319,16 @@ impl RunCgroup {
                 }
             }
         }
+        let usage_name = if run.version2 {
+            "cpu.stat"
+        } else {
+            "cpuacct.usage"
+        };
+        run.cpu_usage_file = run
+            .dirs
+            .iter()
+            .map(|dir| dir.join(usage_name))
+            .find(|file| file.exists());
         Ok(run)
     }
 
@@ -333,18 +346,13 @@ impl RunCgroup {
 
     /// CPU time used so far by every process in the run, microseconds.
     pub fn cpu_usage_us(&self) -> Option<u64> {
-        for dir in &self.dirs {
-            if self.version2 {
-                let stat = fs::read_to_string(dir.join("cpu.stat")).ok()?;
-                return stat
-                    .lines()
-                    .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok());
-            }
-            if let Ok(ns) = fs::read_to_string(dir.join("cpuacct.usage")) {
-                return ns.trim().parse::<u64>().ok().map(|ns| ns / 1000);
-            }
+        let text = fs::read_to_string(self.cpu_usage_file.as_ref()?).ok()?;
+        if self.version2 {
+            return text
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok());
         }
-        None
+        text.trim().parse::<u64>().ok().map(|ns| ns / 1000)
     }
 
     /// The `cgroup.procs` files the helper writes itself into.
