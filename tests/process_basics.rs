@@ -284,9 +284,23 @@ fn unprivileged_caller_gets_the_same_promises() {
         secret = canary.secret.display(),
         port = listener.port
     );
+    // The checkout may sit under a directory only root can enter (a 0700 `mktemp -d`):
+    // give the unprivileged caller its own copies of the CLI and the helper.
+    let bins = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(
+        bins.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let (cli_copy, helper_copy) = (
+        bins.path().join("strata"),
+        bins.path().join("strata-helper"),
+    );
+    std::fs::copy(&cli, &cli_copy).expect("copy cli");
+    std::fs::copy(helper(), &helper_copy).expect("copy helper");
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&cli)
+        .arg(&cli_copy)
         .args([
             "run",
             "--ro",
@@ -296,7 +310,7 @@ fn unprivileged_caller_gets_the_same_promises() {
             "-c",
             &script,
         ])
-        .env("STRATA_HELPER", helper())
+        .env("STRATA_HELPER", &helper_copy)
         .output()
         .expect("setpriv");
     let text = String::from_utf8_lossy(&out.stdout);
