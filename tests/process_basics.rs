@@ -298,27 +298,57 @@ fn unprivileged_caller_gets_the_same_promises() {
     );
     std::fs::copy(&cli, &cli_copy).expect("copy cli");
     std::fs::copy(helper(), &helper_copy).expect("copy helper");
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&cli_copy)
-        .args([
-            "run",
-            "--ro",
-            &canary.dir.path().display().to_string(),
-            "--",
-            PY,
-            "-c",
-            &script,
-        ])
-        .env("STRATA_HELPER", &helper_copy)
-        .output()
-        .expect("setpriv");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout={text} stderr={}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let as_nobody = |extra: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&cli_copy)
+            .arg("run")
+            .args(extra)
+            .args([
+                "--ro",
+                &canary.dir.path().display().to_string(),
+                "--",
+                PY,
+                "-c",
+                &script,
+            ])
+            .env("STRATA_HELPER", &helper_copy)
+            .output()
+            .expect("setpriv")
+    };
+    // No writable cgroup for uid 65534 here: the run's memory, pids and CPU limits cannot
+    // be enforced, so the default (strict) run is refused before anything runs.
+    let refused = as_nobody(&[]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(125), "refused: {err}");
+    for named in ["memory", "pids", "cpu"] {
+        assert!(err.contains(named), "{named}: {err}");
+    }
+    assert!(refused.stdout.is_empty(), "nothing ran");
+    // Best effort runs, with every promise but those limits, which the receipt lists.
+    let out = as_nobody(&["--best-effort", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout={} stderr={}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(json["exit_code"], 0, "{json}");
+    let text = json["stdout"].as_str().expect("stdout").to_string();
+    let receipt = &json["receipt"];
+    for named in ["memory", "pids", "cpu"] {
+        assert!(
+            receipt["gaps"]
+                .as_array()
+                .expect("gaps")
+                .iter()
+                .any(|g| g["capability"] == named),
+            "{named} gap: {receipt}"
+        );
+    }
+    assert_eq!(receipt["identity"]["source"], "embedder", "{receipt}");
+    assert_eq!(receipt["identity"]["host_uid"], 65534, "{receipt}");
     assert!(text.contains(SECRET), "{text}");
     assert!(text.contains("ro 30"), "read-only mount (EROFS): {text}");
     assert!(

@@ -56,6 +56,15 @@ pub struct Caps {
     /// host's system directories: [`Caps::system`] is not used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerSpec>,
+    /// The agent this run acts for (the seeds' "one OS user per agent"). Default: `None`.
+    ///
+    /// Backends that map identities give each agent its own unprivileged host uid and gid,
+    /// stable across runs, so files an agent's tools create belong to it and another
+    /// agent's tools cannot use them. Without an agent, each run gets a fresh id no other
+    /// run shares. A name is 1 to 64 characters of `a-z`, `0-9`, `_`, `-` and `.`, starting
+    /// with a letter or digit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 impl Default for Caps {
@@ -77,6 +86,7 @@ impl Caps {
     /// | stdin | empty |
     /// | workdir | `/tmp` (private, size-capped) |
     /// | container | none (no image; only the container backend reads it) |
+    /// | agent | none (a fresh host identity per run where identities are mapped) |
     pub fn new() -> Self {
         Caps {
             mounts: Vec::new(),
@@ -87,6 +97,7 @@ impl Caps {
             stdin: Vec::new(),
             workdir: None,
             container: None,
+            agent: None,
         }
     }
 
@@ -168,6 +179,13 @@ impl Caps {
     /// Sets the working directory inside the sandbox.
     pub fn workdir(mut self, guest: impl Into<PathBuf>) -> Self {
         self.workdir = Some(guest.into());
+        self
+    }
+
+    /// Runs as `agent`: its own host identity, shared by its runs and by no other agent
+    /// (see [`Caps::agent`](Caps#structfield.agent)).
+    pub fn agent(mut self, agent: impl Into<String>) -> Self {
+        self.agent = Some(agent.into());
         self
     }
 
@@ -541,7 +559,7 @@ mod tests {
     fn defaults_are_deny_by_default() {
         let caps = Caps::new();
         let limits = &caps.limits;
-        let table: [(&str, String, &str); 18] = [
+        let table: [(&str, String, &str); 19] = [
             ("mounts", format!("{:?}", caps.mounts), "[]"),
             ("system", format!("{:?}", caps.system), "Runtime"),
             ("env", format!("{:?}", caps.env), "{}"),
@@ -567,6 +585,7 @@ mod tests {
             ),
             ("cpus", limits.cpus.to_string(), "1"),
             ("container", format!("{:?}", caps.container), "None"),
+            ("agent", format!("{:?}", caps.agent), "None"),
             (
                 "default==new",
                 (Caps::default() == caps).to_string(),

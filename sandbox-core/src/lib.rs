@@ -30,6 +30,6 @@ pub use container::{ContainerReceipt, ContainerRuntime, ContainerSpec};
 pub use doctor::{BackendReport, Check, DoctorReport};
 pub use error::{Error, ErrorKind, Result};
 pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput, TrapKind};
-pub use receipt::{Capability, Denial, Enforcement, Gap, Receipt};
+pub use receipt::{Capability, Denial, Enforcement, Gap, IdentityReceipt, IdentitySource, Receipt};
 pub use size::ByteSize;
 pub use tool::{ScriptLanguage, Tool};

@@ -26,6 +26,53 @@ pub struct Receipt {
     /// Absent for the other backends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<crate::container::ContainerReceipt>,
+    /// The host identity the tool ran as, as the enforcing side mapped it. Absent for
+    /// backends without host identities (wasm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<IdentityReceipt>,
+}
+
+/// The host identity of a run's tool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityReceipt {
+    /// The agent the run acted for, if one was named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Where the host ids came from.
+    pub source: IdentitySource,
+    /// Host uid of the tool's processes (and owner of the files they create).
+    pub host_uid: u32,
+    /// Host gid of the tool's processes.
+    pub host_gid: u32,
+    /// Uid the tool sees for itself inside the sandbox.
+    pub uid: u32,
+    /// Gid the tool sees for itself inside the sandbox.
+    pub gid: u32,
+}
+
+/// Where a run's host identity came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum IdentitySource {
+    /// The agent's own id, from the range Strata owns (stable across runs).
+    Agent,
+    /// A fresh id from the range Strata owns, used by this run alone.
+    Fresh,
+    /// The embedder's own uid: an unprivileged embedder without subordinate ids cannot
+    /// give the tool another one.
+    Embedder,
+}
+
+impl IdentitySource {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdentitySource::Agent => "agent",
+            IdentitySource::Fresh => "fresh",
+            IdentitySource::Embedder => "embedder",
+        }
+    }
 }
 
 impl Receipt {
@@ -39,6 +86,7 @@ impl Receipt {
             gaps: Vec::new(),
             denials: Vec::new(),
             container: None,
+            identity: None,
         }
     }
 
@@ -101,6 +149,22 @@ impl fmt::Display for Receipt {
                 f,
                 "  container: {} runtime, image {} ({})",
                 c.runtime, c.image, c.digest
+            )?;
+        }
+        if let Some(id) = &self.identity {
+            let agent = id
+                .agent
+                .as_deref()
+                .map(|a| format!("agent {a}, "))
+                .unwrap_or_default();
+            writeln!(
+                f,
+                "  identity: {agent}{} host uid {} gid {} (uid {} gid {} inside)",
+                id.source.as_str(),
+                id.host_uid,
+                id.host_gid,
+                id.uid,
+                id.gid
             )?;
         }
         for e in &self.enforced {

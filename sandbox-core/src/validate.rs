@@ -73,6 +73,9 @@ pub(crate) fn caps(caps: &Caps) -> Result<()> {
             absolute_clean("container workspace", workspace)?;
         }
     }
+    if let Some(agent) = &caps.agent {
+        agent_name(agent)?;
+    }
     if let crate::caps::Net::Allow(rules) = &caps.net {
         for rule in rules {
             net_rule(rule)?;
@@ -103,6 +106,22 @@ pub(crate) fn caps(caps: &Caps) -> Result<()> {
     }
     if matches!(limits.address_space, Some(a) if a.bytes() < 1 << 20) {
         return Err(Error::invalid("limit address_space is below 1M"));
+    }
+    Ok(())
+}
+
+/// An agent name: 1 to 64 of `a-z 0-9 _ - .`, starting with a letter or digit. Narrow on
+/// purpose: it names host state (an id registry entry) and appears in receipts and logs.
+pub(crate) fn agent_name(name: &str) -> Result<()> {
+    let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.".contains(c);
+    let starts_well = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if name.is_empty() || name.len() > 64 || !starts_well || !name.chars().all(valid_char) {
+        return Err(Error::invalid(format!(
+            "agent name {name:?} is invalid: use 1 to 64 characters of a-z, 0-9, '_', '-' and '.', starting with a letter or digit"
+        )));
     }
     Ok(())
 }
@@ -202,6 +221,25 @@ mod tests {
             err.to_string().contains(needle),
             "{err} should mention {needle}"
         );
+    }
+
+    #[test]
+    fn rejects_agent_names_that_are_not_plain_identifiers() {
+        for bad in [
+            "",
+            "Alice",
+            "a/b",
+            "../x",
+            ".hidden",
+            "a b",
+            "a\0b",
+            &"x".repeat(65),
+        ] {
+            assert_invalid(&Caps::new().agent(bad), "agent name");
+        }
+        for good in ["alice", "agent-7", "build_bot.v2", &"x".repeat(64)] {
+            Caps::new().agent(good).validate().expect(good);
+        }
     }
 
     #[test]

@@ -209,6 +209,7 @@ mod tests {
             net: NetMode::Isolated,
             uid: 1000,
             gid: 1000,
+            host_ids: None,
             rlimits: vec![],
             landlock: true,
             require_landlock: true,

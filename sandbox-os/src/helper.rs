@@ -22,12 +22,18 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::fs_policy;
+use crate::identity::EMBEDDER_INSIDE_ID;
 use crate::protocol::{
     self, Command, Enforced, Event, Fault, FrameBuffer, HostMessage, NetMode, Rlimit, Spec,
 };
 use crate::rootfs;
 use crate::seccomp;
 use crate::sys;
+
+/// `CAP_DAC_OVERRIDE`.
+const CAP_DAC_OVERRIDE: u32 = 1;
+/// `CAP_FOWNER`.
+const CAP_FOWNER: u32 = 3;
 
 /// The fd on which the helper receives its control socket.
 pub const CONTROL_FD: RawFd = 3;
@@ -82,7 +88,12 @@ fn supervise() -> i32 {
     };
     sys::ignore_signal(libc::SIGPIPE);
     let host_ids = sys::ids();
-    if let Err(event) = prepare_namespaces(&spec, host_ids) {
+    // The supervisor and init are outside the tool's reach; when the run's memory limit is
+    // hit, the OOM killer must pick the tool (which raises its own score before exec).
+    // Lowering below 0 needs CAP_SYS_RESOURCE: an unprivileged helper keeps 0.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
+    let maps = IdMaps::new(&spec, host_ids);
+    if let Err(event) = prepare_namespaces(&spec, host_ids, &maps) {
         send(&control, &event);
         return 0;
     }
@@ -97,7 +108,7 @@ fn supervise() -> i32 {
     let init = match sys::fork() {
         Ok(sys::Fork::Child) => {
             drop((status_r, go_w, control));
-            init_main(&spec, status_w, go_r)
+            init_main(&spec, &maps, status_w, go_r)
         }
         Ok(sys::Fork::Parent(pid)) => pid,
         Err(e) => {
@@ -110,9 +121,126 @@ fn supervise() -> i32 {
     0
 }
 
+/// The user namespace's uid and gid maps: `(inside, host, count)` lines.
+#[derive(Debug)]
+struct IdMaps {
+    uid: Vec<(u32, u32, u32)>,
+    gid: Vec<(u32, u32, u32)>,
+}
+
+impl IdMaps {
+    /// With [`Spec::host_ids`]: the tool's inside ids map to them, and the helper's own
+    /// (the embedder's) ids appear at [`EMBEDDER_INSIDE_ID`]. Without: the tool's inside ids
+    /// map to the helper's own.
+    fn new(spec: &Spec, (host_uid, host_gid): (u32, u32)) -> IdMaps {
+        match spec.host_ids {
+            Some(ids) => IdMaps {
+                uid: vec![(spec.uid, ids.uid, 1), (EMBEDDER_INSIDE_ID, host_uid, 1)],
+                gid: vec![(spec.gid, ids.gid, 1), (EMBEDDER_INSIDE_ID, host_gid, 1)],
+            },
+            None => IdMaps {
+                uid: vec![(spec.uid, host_uid, 1)],
+                gid: vec![(spec.gid, host_gid, 1)],
+            },
+        }
+    }
+
+    fn text(lines: &[(u32, u32, u32)]) -> String {
+        lines
+            .iter()
+            .map(|(inside, host, count)| format!("{inside} {host} {count}\n"))
+            .collect()
+    }
+}
+
+/// A child forked before `unshare` that stays in the initial user namespace and writes the
+/// new namespace's maps: only a process with `CAP_SETUID` outside a user namespace may map
+/// ids other than its own into it.
+struct Mapper {
+    pid: libc::pid_t,
+    go: Option<OwnedFd>,
+}
+
+impl Mapper {
+    fn spawn(maps: &IdMaps) -> io::Result<Mapper> {
+        let (go_r, go_w) = sys::pipe()?;
+        let target = std::process::id();
+        let uid_map = IdMaps::text(&maps.uid);
+        let gid_map = IdMaps::text(&maps.gid);
+        match sys::fork()? {
+            sys::Fork::Child => {
+                drop(go_w);
+                let mut byte = [0u8; 1];
+                let code = match sys::read(go_r.as_raw_fd(), &mut byte) {
+                    Ok(1) => std::fs::write(format!("/proc/{target}/uid_map"), &uid_map)
+                        .and_then(|()| std::fs::write(format!("/proc/{target}/gid_map"), &gid_map))
+                        .map_or_else(|e| e.raw_os_error().unwrap_or(libc::EIO), |()| 0),
+                    _ => 0, // the supervisor gave up before unsharing
+                };
+                sys::exit_now(code)
+            }
+            sys::Fork::Parent(pid) => Ok(Mapper {
+                pid,
+                go: Some(go_w),
+            }),
+        }
+    }
+
+    /// Lets the mapper write the maps (the caller has unshared its user namespace) and
+    /// waits for it.
+    fn write_maps(mut self) -> io::Result<()> {
+        if let Some(go) = self.go.take() {
+            sys::write(go.as_raw_fd(), &[1])?;
+        }
+        match sys::wait4(self.pid, 0)? {
+            Some((_, status, _)) if libc::WIFEXITED(status) => {
+                self.pid = 0;
+                match libc::WEXITSTATUS(status) {
+                    0 => Ok(()),
+                    errno => Err(io::Error::from_raw_os_error(errno)),
+                }
+            }
+            _ => {
+                self.pid = 0;
+                Err(io::Error::other("the id mapper died"))
+            }
+        }
+    }
+}
+
+impl Drop for Mapper {
+    fn drop(&mut self) {
+        self.go = None;
+        if self.pid > 0 {
+            let _ = sys::wait4(self.pid, 0);
+        }
+    }
+}
+
 /// Creates the namespaces in the supervisor, so the init forked next is pid 1 of a new pid
 /// namespace and the supervisor keeps watching from outside it.
-fn prepare_namespaces(spec: &Spec, (host_uid, host_gid): (u32, u32)) -> Result<(), Event> {
+fn prepare_namespaces(
+    spec: &Spec,
+    (host_uid, _host_gid): (u32, u32),
+    maps: &IdMaps,
+) -> Result<(), Event> {
+    if spec.host_ids.is_some() && (spec.uid == EMBEDDER_INSIDE_ID || spec.gid == EMBEDDER_INSIDE_ID)
+    {
+        return Err(setup_failed(
+            "map identities",
+            &io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("inside id {EMBEDDER_INSIDE_ID} is reserved for the embedder's files"),
+            ),
+            None,
+        ));
+    }
+    let mapper = match spec.host_ids {
+        Some(_) => Some(Mapper::spawn(maps).map_err(|e| {
+            setup_failed("fork id mapper", &e, Some("identity: per-agent host ids"))
+        })?),
+        None => None,
+    };
     if host_uid == 0 {
         // Root: drop supplementary groups before they are frozen by setgroups=deny.
         sys::clear_groups().map_err(|e| setup_failed("drop supplementary groups", &e, None))?;
@@ -152,23 +280,33 @@ fn prepare_namespaces(spec: &Spec, (host_uid, host_gid): (u32, u32)) -> Result<(
             Some("isolation: user, mount, pid, ipc, uts and network namespaces"),
         )
     })?;
-    let (uid, gid) = (spec.uid, spec.gid);
     std::fs::write("/proc/self/setgroups", "deny")
         .map_err(|e| setup_failed("write setgroups", &e, None))?;
-    std::fs::write("/proc/self/uid_map", format!("{uid} {host_uid} 1\n")).map_err(|e| {
-        setup_failed(
-            "write uid_map",
-            &e,
-            Some("isolation: user namespace uid map"),
-        )
-    })?;
-    std::fs::write("/proc/self/gid_map", format!("{gid} {host_gid} 1\n")).map_err(|e| {
-        setup_failed(
-            "write gid_map",
-            &e,
-            Some("isolation: user namespace gid map"),
-        )
-    })?;
+    match mapper {
+        Some(mapper) => mapper.write_maps().map_err(|e| {
+            setup_failed(
+                "write uid_map and gid_map",
+                &e,
+                Some("identity: per-agent host ids"),
+            )
+        })?,
+        None => {
+            std::fs::write("/proc/self/uid_map", IdMaps::text(&maps.uid)).map_err(|e| {
+                setup_failed(
+                    "write uid_map",
+                    &e,
+                    Some("isolation: user namespace uid map"),
+                )
+            })?;
+            std::fs::write("/proc/self/gid_map", IdMaps::text(&maps.gid)).map_err(|e| {
+                setup_failed(
+                    "write gid_map",
+                    &e,
+                    Some("isolation: user namespace gid map"),
+                )
+            })?;
+        }
+    }
     sys::set_hostname("strata").map_err(|e| setup_failed("set hostname", &e, None))?;
     if spec.net == NetMode::Isolated {
         sys::loopback_up().map_err(|e| setup_failed("bring up loopback", &e, None))?;
@@ -352,8 +490,8 @@ fn read_frame_fd<T: for<'de> serde::Deserialize<'de>>(fd: &OwnedFd) -> Option<T>
     }
 }
 
-fn init_main(spec: &Spec, status: OwnedFd, go: OwnedFd) -> ! {
-    if let Err(event) = init_run(spec, &status, &go) {
+fn init_main(spec: &Spec, maps: &IdMaps, status: OwnedFd, go: OwnedFd) -> ! {
+    if let Err(event) = init_run(spec, maps, &status, &go) {
         let _ = write_frame_fd(&status, &event);
     }
     sys::exit_now(0)
@@ -368,7 +506,7 @@ fn unenforceable(stage: &str, message: String, guarantee: &str) -> Event {
     }
 }
 
-fn init_run(spec: &Spec, status: &OwnedFd, go: &OwnedFd) -> Result<(), Event> {
+fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Result<(), Event> {
     // If the supervisor dies (host SIGKILLed it), init dies, and with it the namespace.
     sys::set_parent_death_signal(libc::SIGKILL)
         .map_err(|e| setup_failed("parent death signal", &e, None))?;
@@ -384,7 +522,30 @@ fn init_run(spec: &Spec, status: &OwnedFd, go: &OwnedFd) -> Result<(), Event> {
         unenforceable: None,
     })?;
 
-    sys::drop_all_capabilities()
+    // A tool under its own host identity keeps CAP_DAC_OVERRIDE and CAP_FOWNER in its user
+    // namespace: they reach only files owned by ids mapped into it (its own and the
+    // embedder's), so it can use the embedder's files in its grants while everything it
+    // creates belongs to its own id. No CAP_CHOWN, CAP_SETUID, CAP_SETFCAP or CAP_MKNOD.
+    let kept: &[(u32, &str)] = if spec.host_ids.is_some() {
+        &[
+            (CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"),
+            (CAP_FOWNER, "CAP_FOWNER"),
+        ]
+    } else {
+        &[]
+    };
+    let keep_mask = kept.iter().fold(0u64, |mask, (cap, _)| mask | (1 << cap));
+    // unshare left us with the embedder's host ids (needed above: sysctls such as
+    // vm.memfd_noexec only take writes from host uid 0). Take the tool's ids, which the
+    // maps point at its own host identity; capabilities in the namespace stay until below.
+    sys::become_ids(spec.uid, spec.gid).map_err(|e| {
+        setup_failed(
+            "take the tool's ids",
+            &e,
+            Some("identity: per-agent host ids"),
+        )
+    })?;
+    sys::drop_capabilities_except(keep_mask)
         .map_err(|e| setup_failed("drop capabilities", &e, Some("privileges: capability drop")))?;
     sys::set_no_new_privs()
         .map_err(|e| setup_failed("no_new_privs", &e, Some("privileges: no_new_privs")))?;
@@ -418,6 +579,18 @@ fn init_run(spec: &Spec, status: &OwnedFd, go: &OwnedFd) -> Result<(), Event> {
         });
     }
 
+    if sys::real_ids() != (spec.uid, spec.gid) {
+        return Err(unenforceable(
+            "identity",
+            format!(
+                "init runs as {:?}, not the planned uid {} gid {}",
+                sys::real_ids(),
+                spec.uid,
+                spec.gid
+            ),
+            "identity: per-agent host ids",
+        ));
+    }
     let filters = seccomp::build()
         .map_err(|e| unenforceable("seccomp build", e.to_string(), "syscalls: seccomp"))?;
     if spec.fault == Some(Fault::Seccomp) {
@@ -438,11 +611,19 @@ fn init_run(spec: &Spec, status: &OwnedFd, go: &OwnedFd) -> Result<(), Event> {
         seccomp_allowed: seccomp::ALLOWED.len(),
         seccomp_denied: seccomp::DENIED.len() + seccomp::DENIED_WHEN.len(),
         no_new_privs: true,
-        caps_dropped: true,
+        caps_dropped: kept.is_empty(),
+        caps_kept: kept.iter().map(|(_, name)| name.to_string()).collect(),
+        uid_map: maps.uid.clone(),
+        gid_map: maps.gid.clone(),
         fds_closed: true,
         memfd_noexec: built.memfd_noexec,
     };
-    let _ = write_frame_fd(status, &Event::Ready { enforced });
+    let _ = write_frame_fd(
+        status,
+        &Event::Ready {
+            enforced: Box::new(enforced),
+        },
+    );
 
     // Wait for the one command this sandbox will run.
     let Some(command) = read_frame_fd::<Command>(go) else {
@@ -518,6 +699,8 @@ fn tool_main(spec: &Spec, command: &Command, exec_w: OwnedFd) -> ! {
     let _ = sys::setsid();
     sys::reset_signals();
     sys::umask(0o022);
+    // The tool, not the helper, is the OOM killer's choice at the run's memory limit.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     for limit in &spec.rlimits {
         let resource = match limit.resource {
             Rlimit::Cpu => libc::RLIMIT_CPU,

@@ -18,6 +18,7 @@ pub mod cgroup_cleanup;
 pub mod container;
 pub mod fs_policy;
 pub mod helper;
+pub mod identity;
 pub mod plan;
 pub mod pool;
 pub mod probe;

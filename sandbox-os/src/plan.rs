@@ -51,6 +51,9 @@ pub struct Facts {
     pub memory_cgroup: bool,
     /// A pids cgroup will cap processes (otherwise `RLIMIT_NPROC` does).
     pub pids_cgroup: bool,
+    /// The tool runs under a host identity of its own, and the embedder's ids appear
+    /// inside at [`crate::identity::EMBEDDER_INSIDE_ID`].
+    pub mapped_identity: bool,
 }
 
 /// The interpreter argv for a script in the process backend.
@@ -166,17 +169,29 @@ pub fn plan(
     if !etc_mounted {
         let name = if facts.uid == 0 { "root" } else { "sandbox" };
         let group = if facts.gid == 0 { "root" } else { "sandbox" };
+        let (host_user, host_group) = if facts.mapped_identity {
+            let id = crate::identity::EMBEDDER_INSIDE_ID;
+            (
+                format!("host:x:{id}:{id}:files of the embedder:/nonexistent:/usr/sbin/nologin\n"),
+                format!("host:x:{id}:\n"),
+            )
+        } else {
+            (String::new(), String::new())
+        };
         files.push(FileSpec {
             path: "/etc/passwd".into(),
             contents: format!(
-                "{name}:x:{uid}:{gid}:{name}:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+                "{name}:x:{uid}:{gid}:{name}:/tmp:/bin/sh\n{host_user}nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
                 uid = facts.uid,
                 gid = facts.gid
             ),
         });
         files.push(FileSpec {
             path: "/etc/group".into(),
-            contents: format!("{group}:x:{gid}:\nnogroup:x:65534:\n", gid = facts.gid),
+            contents: format!(
+                "{group}:x:{gid}:\n{host_group}nogroup:x:65534:\n",
+                gid = facts.gid
+            ),
         });
     }
 
@@ -252,6 +267,7 @@ pub fn plan(
         net,
         uid: facts.uid,
         gid: facts.gid,
+        host_ids: None,
         rlimits,
         landlock: true,
         require_landlock: true,
@@ -313,6 +329,7 @@ mod tests {
             gid: 1000,
             memory_cgroup: true,
             pids_cgroup: true,
+            mapped_identity: false,
         }
     }
 

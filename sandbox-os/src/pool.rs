@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use sandbox_core::Result;
 
 use crate::cgroup::{self, Layout, RunCgroup};
+use crate::identity::Registry;
 use crate::protocol::Spec;
 use crate::supervise::{self, Prepared};
 
@@ -27,17 +28,26 @@ pub struct Warm {
 }
 
 /// Builds a sandbox for `spec`: creates its cgroup, spawns the helper, sends the spec.
+/// With `fresh_ids`, the sandbox's tool gets host ids no other sandbox has
+/// ([`Registry::fresh`]); otherwise those of `spec`.
 pub fn build(
     helper: &std::path::Path,
     spec: &Spec,
     layout: Option<&Layout>,
     limits: cgroup::Limits,
+    fresh_ids: Option<&Registry>,
 ) -> Result<Warm> {
+    let mut spec = spec.clone();
+    if let Some(registry) = fresh_ids {
+        let ids = registry
+            .fresh()
+            .map_err(|e| sandbox_core::Error::setup("allocate a fresh host identity", e))?;
+        spec.host_ids = Some(ids);
+    }
     let cgroup = layout
         .map(|layout| RunCgroup::create(layout, limits))
         .transpose()
         .map_err(|e| sandbox_core::Error::setup("create run cgroup", e))?;
-    let mut spec = spec.clone();
     if let Some(cg) = &cgroup {
         spec.cgroup_procs = cg.procs_files();
     }
@@ -64,6 +74,8 @@ pub struct Recipe {
     pub layout: Option<Layout>,
     /// Cgroup limits.
     pub limits: cgroup::Limits,
+    /// Give each sandbox fresh host ids from this registry.
+    pub fresh_ids: Option<Arc<Registry>>,
 }
 
 impl Pool {
@@ -85,13 +97,13 @@ impl Pool {
         lock(&self.idle).values().map(Vec::len).sum()
     }
 
-    /// The key of a shape: the spec and the cgroup limits, as canonical JSON.
-    pub fn key(spec: &Spec, limits: cgroup::Limits) -> String {
+    /// The key of a shape: the spec, every cgroup limit, and whether each sandbox gets
+    /// fresh host ids.
+    pub fn key(spec: &Spec, limits: cgroup::Limits, fresh_ids: bool) -> String {
         format!(
-            "{}|{}|{}",
+            "{}|{:?}|fresh_ids={fresh_ids}",
             serde_json::to_string(spec).unwrap_or_default(),
-            limits.memory,
-            limits.pids
+            limits,
         )
     }
 
@@ -126,6 +138,7 @@ impl Pool {
                         &recipe.spec,
                         recipe.layout.as_ref(),
                         recipe.limits,
+                        recipe.fresh_ids.as_deref(),
                     );
                     if let Some(n) = lock(&pool.building).get_mut(&thread_key) {
                         *n = n.saturating_sub(1);

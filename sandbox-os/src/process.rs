@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use sandbox_core::{
-    Backend, BackendKind, BackendReport, Capability, Caps, Error, ExitStatus, LimitKind, Receipt,
-    ResourceUsage, Result, RunContext, RunOutput, Strictness, Tool,
+    Backend, BackendKind, BackendReport, Capability, Caps, Error, ExitStatus, IdentityReceipt,
+    IdentitySource, LimitKind, Receipt, ResourceUsage, Result, RunContext, RunOutput, Strictness,
+    Tool,
 };
+
+use crate::identity::{HostIds, IdRange, Registry};
 
 use crate::cgroup;
 use crate::plan::{self, Facts, RealHost};
@@ -70,6 +73,9 @@ pub struct ProcessBackend {
     probe: OnceLock<HostProbe>,
     pool: Arc<Pool>,
     fault: Option<Fault>,
+    id_range: Option<IdRange>,
+    state_dir: Option<PathBuf>,
+    registry: OnceLock<Arc<Registry>>,
 }
 
 impl std::fmt::Debug for ProcessBackend {
@@ -104,6 +110,9 @@ impl ProcessBackend {
             probe: OnceLock::new(),
             pool: Arc::new(Pool::new(0)),
             fault: None,
+            id_range: None,
+            state_dir: None,
+            registry: OnceLock::new(),
         }
     }
 
@@ -123,6 +132,9 @@ impl ProcessBackend {
             probe: OnceLock::new(),
             pool: Arc::new(Pool::new(0)),
             fault: None,
+            id_range: None,
+            state_dir: None,
+            registry: OnceLock::new(),
         }
     }
 
@@ -133,6 +145,67 @@ impl ProcessBackend {
     pub fn with_warm_pool(mut self, per_shape: usize) -> Self {
         self.pool = Arc::new(Pool::new(per_shape));
         self
+    }
+
+    /// The block of host ids tools run as when the embedder is root. Default: the first
+    /// `/etc/subuid` and `/etc/subgid` entries of root, else [`IdRange::FIXED`].
+    pub fn with_id_range(mut self, range: IdRange) -> Self {
+        self.id_range = Some(range);
+        self
+    }
+
+    /// Where the agent-to-id registry lives. Default: [`Registry::default_dir`]
+    /// (`$STRATA_STATE_DIR`, else `/var/lib/strata` for root).
+    pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// The id registry (root embedders only).
+    fn registry(&self) -> Arc<Registry> {
+        Arc::clone(self.registry.get_or_init(|| {
+            let euid = self.host().ids.0;
+            let dir = self
+                .state_dir
+                .clone()
+                .unwrap_or_else(|| Registry::default_dir(euid));
+            let range = self
+                .id_range
+                .unwrap_or_else(|| IdRange::for_user("root", euid));
+            Arc::new(Registry::new(dir, range))
+        }))
+    }
+
+    /// Chooses the tool's host identity: a root embedder gives agents their own ids and
+    /// other runs fresh ones; an unprivileged embedder keeps its own uid, and a named agent
+    /// then cannot get one of its own (refused when strict, a gap otherwise).
+    fn identity(
+        &self,
+        caps: &Caps,
+        strictness: Strictness,
+        gaps: &mut Vec<(Capability, String)>,
+    ) -> Result<Identity> {
+        if self.host().ids.0 != 0 {
+            if let Some(agent) = &caps.agent {
+                let reason = format!(
+                    "agent {agent} cannot get its own host uid: the embedder is unprivileged (uid {}) and Strata does not map subordinate ids yet; the tool runs as the embedder's uid",
+                    self.host().ids.0
+                );
+                if strictness == Strictness::Strict {
+                    return Err(Error::unenforceable("identity: per-agent host uid", reason));
+                }
+                gaps.push((Capability::Privileges, reason));
+            }
+            return Ok(Identity::Embedder);
+        }
+        let registry = self.registry();
+        match &caps.agent {
+            Some(agent) => registry
+                .agent(agent)
+                .map(Identity::Agent)
+                .map_err(|e| Error::setup(format!("host identity of agent {agent}"), e)),
+            None => Ok(Identity::Fresh(registry)),
+        }
     }
 
     /// Number of idle pre-built sandboxes.
@@ -171,6 +244,26 @@ impl ProcessBackend {
     }
 }
 
+/// The host identity a run's tool gets.
+enum Identity {
+    /// The agent's own ids.
+    Agent(HostIds),
+    /// Fresh ids for each sandbox, from this registry.
+    Fresh(Arc<Registry>),
+    /// The embedder's own ids (unprivileged embedder).
+    Embedder,
+}
+
+impl Identity {
+    fn source(&self) -> IdentitySource {
+        match self {
+            Identity::Agent(_) => IdentitySource::Agent,
+            Identity::Fresh(_) => IdentitySource::Fresh,
+            Identity::Embedder => IdentitySource::Embedder,
+        }
+    }
+}
+
 /// Decisions taken before the run, from the caps and the host probe.
 struct Preflight {
     facts: Facts,
@@ -200,15 +293,21 @@ fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
         gaps.push((Capability::Fs, reason.to_string()));
     }
     let cgroups = host.cgroup.is_ok();
-    if !cgroups && host.ids.0 == 0 {
+    if let Err(why) = &host.cgroup {
+        // rlimits are per process (RLIMIT_AS, RLIMIT_CPU) or per host uid (RLIMIT_NPROC):
+        // none of them caps the run as a whole, so none may stand in for the cgroup.
         let reason = format!(
-            "no writable cgroup ({}) and RLIMIT_NPROC does not bind uid 0",
-            host.cgroup.as_ref().err().map_or("", String::as_str)
+            "no writable cgroup ({why}): memory, pids and CPU time cannot be capped for the run as a whole (rlimits are per process or per uid); run as root, or give this user a delegated cgroup v2 subtree (e.g. a systemd user scope)"
         );
         if strict {
-            return Err(Error::unenforceable("pids: cgroup pids controller", reason));
+            return Err(Error::unenforceable(
+                "memory, pids and cpu: no cgroup",
+                reason,
+            ));
         }
-        gaps.push((Capability::Pids, reason));
+        for capability in [Capability::Memory, Capability::Pids, Capability::Cpu] {
+            gaps.push((capability, reason.clone()));
+        }
     }
     Ok(Preflight {
         facts: Facts {
@@ -216,6 +315,7 @@ fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
             gid: host.ids.1,
             memory_cgroup: cgroups,
             pids_cgroup: cgroups,
+            mapped_identity: false,
         },
         gaps,
     })
@@ -241,8 +341,13 @@ impl ProcessBackend {
             .helper()
             .ok_or_else(|| Error::unavailable(BackendKind::Process, "no helper"))?;
         let host = self.host();
-        let pre = preflight(host, ctx.strictness)?;
+        let mut pre = preflight(host, ctx.strictness)?;
+        let identity = self.identity(caps, ctx.strictness, &mut pre.gaps)?;
+        pre.facts.mapped_identity = !matches!(identity, Identity::Embedder);
         let (mut spec, mut command) = plan::plan(tool, caps, &pre.facts, &RealHost)?;
+        if let Identity::Agent(ids) = &identity {
+            spec.host_ids = Some(*ids);
+        }
         spec.landlock = host.landlock_abi > 0;
         spec.require_landlock = ctx.strictness == Strictness::Strict;
         spec.fault = self.fault.filter(|f| *f != Fault::Cgroup);
@@ -253,10 +358,14 @@ impl ProcessBackend {
             pids: caps.limits.processes,
             cpus: caps.limits.cpus,
         };
-        let key = Pool::key(&spec, limits);
+        let fresh_ids = match &identity {
+            Identity::Fresh(registry) => Some(Arc::clone(registry)),
+            _ => None,
+        };
+        let key = Pool::key(&spec, limits, fresh_ids.is_some());
         let warm = match self.pool.take(&key) {
             Some(warm) => warm,
-            None => pool::build(helper, &spec, layout, limits)?,
+            None => pool::build(helper, &spec, layout, limits, fresh_ids.as_deref())?,
         };
         self.pool.refill(
             key,
@@ -265,6 +374,7 @@ impl ProcessBackend {
                 spec: spec.clone(),
                 layout: layout.cloned(),
                 limits,
+                fresh_ids,
             },
         );
         let Warm { prepared, cgroup } = warm;
@@ -298,6 +408,7 @@ impl ProcessBackend {
             &pre,
             stats,
             ctx.strictness,
+            identity.source(),
         )
     }
 }
@@ -357,6 +468,7 @@ fn finish(
     pre: &Preflight,
     stats: Option<cgroup::Stats>,
     strictness: Strictness,
+    identity: IdentitySource,
 ) -> Result<RunOutput> {
     let mut enforced: Option<Enforced> = None;
     let mut started = false;
@@ -382,7 +494,7 @@ fn finish(
                     source: io::Error::from_raw_os_error(errno),
                 })
             }
-            Event::Ready { enforced: e } => enforced = Some(e),
+            Event::Ready { enforced: e } => enforced = Some(*e),
             Event::Started => started = true,
             exit @ Event::Exited { .. } => exited = Some(exit),
         }
@@ -441,6 +553,9 @@ fn finish(
             scratch_full,
         ),
         _ if outcome.backstop_killed => (None, Some("wall".to_string()), 0, 0, 0, false),
+        // The helper itself was killed: at the memory limit (kernel buffers are charged to
+        // the run too), that is the limit, not an internal failure.
+        _ if stats.oom_kills > 0 => (None, Some("memory".to_string()), 0, 0, 0, false),
         _ => {
             return Err(Error::Internal {
                 message: "the helper ended without reporting how the tool exited".into(),
@@ -460,6 +575,8 @@ fn finish(
         Some("wall") => Some(LimitKind::Wall),
         Some("output") => Some(LimitKind::Output),
         Some("cpu") => Some(LimitKind::Cpu),
+        Some("memory") => Some(LimitKind::Memory),
+        Some("init_died") if stats.oom_kills > 0 => Some(LimitKind::Memory),
         Some(other) if other != "cancelled" => {
             return Err(Error::Internal {
                 message: format!("the sandbox was killed unexpectedly ({other})"),
@@ -495,6 +612,7 @@ fn finish(
     };
 
     let mut receipt = receipt(spec, command, caps, host, &enforced, strictness);
+    receipt.identity = identity_receipt(&enforced, caps, identity);
     if stats.cpu_quota {
         receipt.enforce(
             Capability::Cpu,
@@ -603,6 +721,24 @@ fn finish(
     })
 }
 
+/// The identity the helper mapped (its first map lines are the tool's ids).
+fn identity_receipt(
+    enforced: &Enforced,
+    caps: &Caps,
+    source: IdentitySource,
+) -> Option<IdentityReceipt> {
+    let (uid, host_uid, _) = *enforced.uid_map.first()?;
+    let (gid, host_gid, _) = *enforced.gid_map.first()?;
+    Some(IdentityReceipt {
+        agent: caps.agent.clone(),
+        source,
+        host_uid,
+        host_gid,
+        uid,
+        gid,
+    })
+}
+
 fn receipt(
     spec: &Spec,
     command: &Command,
@@ -703,13 +839,30 @@ fn receipt(
             enforced.seccomp_allowed, enforced.seccomp_denied
         ),
     );
+    let host_ids = |map: &[(u32, u32, u32)]| map.first().map_or(0, |(_, host, _)| *host);
+    let caps_state = if enforced.caps_kept.is_empty() {
+        "all capabilities dropped".to_string()
+    } else {
+        format!(
+            "only {} kept, in its own user namespace (over files of its own and the embedder's ids)",
+            enforced.caps_kept.join(" and ")
+        )
+    };
     r.enforce(
         Capability::Privileges,
         "user namespace",
         format!(
-            "uid {} gid {} mapped 1:1; all capabilities dropped; no_new_privs; securebits locked",
-            spec.uid, spec.gid
+            "uid {} gid {} inside = host uid {} gid {}; {caps_state}; no_new_privs; securebits locked",
+            spec.uid,
+            spec.gid,
+            host_ids(&enforced.uid_map),
+            host_ids(&enforced.gid_map)
         ),
+    );
+    r.enforce(
+        Capability::Privileges,
+        "seccomp mode rules + nosuid mounts",
+        "no setuid/setgid files, device nodes or file capabilities can be created",
     );
     r.enforce(
         Capability::Fds,
@@ -736,18 +889,20 @@ fn receipt(
             );
         }
         Err(_) => {
+            // Not the run's limits (the gaps say so): what each process is held to.
             r.enforce(
                 Capability::Memory,
                 "RLIMIT_AS (no writable cgroup)",
-                limits.memory.to_string(),
+                format!("{} per process, not for the run", limits.memory),
             );
-            if spec.uid != 0 {
-                r.enforce(
-                    Capability::Pids,
-                    "RLIMIT_NPROC (no writable cgroup)",
-                    limits.processes.to_string(),
-                );
-            }
+            r.enforce(
+                Capability::Pids,
+                "RLIMIT_NPROC (no writable cgroup)",
+                format!(
+                    "{} processes of the tool's host uid, not for the run",
+                    limits.processes
+                ),
+            );
         }
     }
     if let Some(a) = limits.address_space {

@@ -36,10 +36,16 @@ pub struct Spec {
     pub scratch_inodes: u64,
     /// Network namespace mode.
     pub net: NetMode,
-    /// Uid inside the sandbox (mapped to the caller's uid).
+    /// Uid the tool has inside the sandbox.
     pub uid: u32,
-    /// Gid inside the sandbox (mapped to the caller's gid).
+    /// Gid the tool has inside the sandbox.
     pub gid: u32,
+    /// The host identity `uid`/`gid` map to. `None`: the helper's own ids (an unprivileged
+    /// embedder). `Some`: a root helper maps them, and the helper's own ids appear at
+    /// [`crate::identity::EMBEDDER_INSIDE_ID`] so the tool can use the embedder's files in
+    /// its grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ids: Option<crate::identity::HostIds>,
     /// Resource limits applied with `setrlimit` just before exec.
     pub rlimits: Vec<RlimitSpec>,
     /// Install landlock rules (false only in best-effort mode on kernels without landlock).
@@ -207,7 +213,7 @@ pub enum Event {
     /// The sandbox is built and waits for its command.
     Ready {
         /// What the helper enforced.
-        enforced: Enforced,
+        enforced: Box<Enforced>,
     },
     /// The tool was executed.
     Started,
@@ -266,6 +272,16 @@ pub struct Enforced {
     pub no_new_privs: bool,
     /// Every capability set is empty.
     pub caps_dropped: bool,
+    /// Capabilities the tool keeps in its own user namespace (over files of its own and
+    /// the embedder's ids only), e.g. `CAP_DAC_OVERRIDE`; empty when all were dropped.
+    #[serde(default)]
+    pub caps_kept: Vec<String>,
+    /// The user namespace's uid map as written: (inside, host, count) lines.
+    #[serde(default)]
+    pub uid_map: Vec<(u32, u32, u32)>,
+    /// The gid map as written.
+    #[serde(default)]
+    pub gid_map: Vec<(u32, u32, u32)>,
     /// fds other than 0-2 were closed.
     pub fds_closed: bool,
     /// memfd executables are refused in this pid namespace (`vm.memfd_noexec=2`).

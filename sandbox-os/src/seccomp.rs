@@ -9,8 +9,16 @@
 //!    x32-ABI numbers, fails with `ENOSYS` so programs fall back to older calls (glibc
 //!    retries `clone3`, whose flags seccomp cannot inspect, as `clone`).
 //! 2. The **argument rules** ([`DENIED_WHEN`]): `EPERM` when an argument (a namespace flag
-//!    to `clone`, a terminal-injection `ioctl`, a socket family) is what makes an otherwise
-//!    allowed syscall dangerous. Installed last, it is evaluated first.
+//!    to `clone`, a terminal-injection `ioctl`, a socket family, a setuid/setgid mode, a
+//!    device node, a file lease) is what makes an otherwise allowed syscall dangerous.
+//!    Installed last, it is evaluated first.
+//!
+//! Calls whose arguments seccomp cannot inspect are left out of the table so they fail with
+//! `ENOSYS` and callers fall back to a filterable one: `openat2` (its mode sits in a
+//! struct; libc falls back to `openat`). Shared kernel state is refused the same way:
+//! Linux AIO (`io_setup` draws on a host-wide event budget) and inotify (per-uid instance
+//! limits, and watches on read-only mounts shared with the host report host activity;
+//! tools fall back to polling).
 
 use std::collections::BTreeMap;
 
@@ -57,7 +65,7 @@ pub const ALLOWED: &[Allowed] = allow! {
     SYS_dup => "duplicate fds",
     SYS_dup2 => "duplicate fds onto a number",
     SYS_dup3 => "duplicate fds with flags",
-    SYS_fcntl => "fd flags and locks",
+    SYS_fcntl => "fd flags and locks (leases and directory notifications are denied separately)",
     SYS_flock => "advisory locks",
     SYS_fsync => "flush file",
     SYS_fdatasync => "flush file data",
@@ -76,7 +84,6 @@ pub const ALLOWED: &[Allowed] = allow! {
     // Paths and metadata; landlock and the mount namespace decide which paths exist.
     SYS_open => "open files",
     SYS_openat => "open files",
-    SYS_openat2 => "open files with resolve flags",
     SYS_creat => "create files",
     SYS_stat => "file status",
     SYS_fstat => "file status of an fd",
@@ -107,9 +114,9 @@ pub const ALLOWED: &[Allowed] = allow! {
     SYS_linkat => "hard links relative to dir fds",
     SYS_symlink => "create symlinks",
     SYS_symlinkat => "create symlinks relative to a dir fd",
-    SYS_mknod => "create FIFOs (device nodes need CAP_MKNOD, which is dropped)",
+    SYS_mknod => "create FIFOs and sockets (devices and set-id modes are denied separately)",
     SYS_mknodat => "create FIFOs relative to a dir fd",
-    SYS_chmod => "change modes of own files",
+    SYS_chmod => "change modes (set-id bits are denied separately)",
     SYS_fchmod => "change modes by fd",
     SYS_fchmodat => "change modes relative to a dir fd",
     SYS_fchmodat2 => "change modes with flags",
@@ -134,10 +141,6 @@ pub const ALLOWED: &[Allowed] = allow! {
     SYS_removexattr => "remove extended attributes",
     SYS_lremovexattr => "remove extended attributes of a link",
     SYS_fremovexattr => "remove extended attributes by fd",
-    SYS_inotify_init => "file watching",
-    SYS_inotify_init1 => "file watching",
-    SYS_inotify_add_watch => "file watching",
-    SYS_inotify_rm_watch => "file watching",
     // Memory.
     SYS_brk => "heap",
     SYS_mmap => "map memory and files",
@@ -283,11 +286,6 @@ pub const ALLOWED: &[Allowed] = allow! {
     SYS_eventfd2 => "event notification",
     SYS_signalfd => "signal fds",
     SYS_signalfd4 => "signal fds",
-    SYS_io_setup => "Linux AIO",
-    SYS_io_destroy => "Linux AIO",
-    SYS_io_submit => "Linux AIO",
-    SYS_io_cancel => "Linux AIO",
-    SYS_io_getevents => "Linux AIO",
     // Pipes and sockets; the network namespace decides what they reach.
     SYS_pipe => "pipes",
     SYS_pipe2 => "pipes",
@@ -444,6 +442,22 @@ const CLONE_NS_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
 ];
 
+const S_ISUID: u64 = libc::S_ISUID as u64;
+const S_ISGID: u64 = libc::S_ISGID as u64;
+const O_CREAT: u64 = libc::O_CREAT as u64;
+/// `O_TMPFILE` includes `O_DIRECTORY`; both bits are set on a real `O_TMPFILE` open.
+const O_TMPFILE: u64 = libc::O_TMPFILE as u64;
+/// The bit shared by `S_IFCHR` and `S_IFBLK` (and the invalid `S_IFLNK`) but not by
+/// `S_IFIFO`, `S_IFSOCK` or `S_IFREG`.
+const S_IFCHR_BIT: u64 = libc::S_IFCHR as u64;
+
+/// Mode argument 1 carries a set-id bit.
+const SETID_MODE_ARG1: &[&[(u8, Cmp, u64)]] =
+    &[&[(1, Cmp::HasBits, S_ISUID)], &[(1, Cmp::HasBits, S_ISGID)]];
+/// Mode argument 2 carries a set-id bit.
+const SETID_MODE_ARG2: &[&[(u8, Cmp, u64)]] =
+    &[&[(2, Cmp::HasBits, S_ISUID)], &[(2, Cmp::HasBits, S_ISGID)]];
+
 /// Conditional denials.
 pub const DENIED_WHEN: &[DeniedWhen] = &[
     DeniedWhen {
@@ -481,6 +495,99 @@ pub const DENIED_WHEN: &[DeniedWhen] = &[
                 (0, Cmp::Eq32, libc::AF_NETLINK as u64),
                 (2, Cmp::Ne32, libc::NETLINK_ROUTE as u64),
             ],
+        ],
+    },
+    DeniedWhen {
+        nr: libc::SYS_chmod,
+        name: "SYS_chmod",
+        why: "a setuid/setgid mode plants a privilege in a writable grant",
+        rules: SETID_MODE_ARG1,
+    },
+    DeniedWhen {
+        nr: libc::SYS_fchmod,
+        name: "SYS_fchmod",
+        why: "a setuid/setgid mode plants a privilege in a writable grant",
+        rules: SETID_MODE_ARG1,
+    },
+    DeniedWhen {
+        nr: libc::SYS_fchmodat,
+        name: "SYS_fchmodat",
+        why: "a setuid/setgid mode plants a privilege in a writable grant",
+        rules: SETID_MODE_ARG2,
+    },
+    DeniedWhen {
+        nr: libc::SYS_fchmodat2,
+        name: "SYS_fchmodat2",
+        why: "a setuid/setgid mode plants a privilege in a writable grant",
+        rules: SETID_MODE_ARG2,
+    },
+    DeniedWhen {
+        nr: libc::SYS_creat,
+        name: "SYS_creat",
+        why: "creating a file with a setuid/setgid mode plants a privilege",
+        rules: SETID_MODE_ARG1,
+    },
+    DeniedWhen {
+        nr: libc::SYS_open,
+        name: "SYS_open",
+        why: "O_CREAT/O_TMPFILE with a setuid/setgid mode plants a privilege",
+        rules: &[
+            &[(1, Cmp::HasBits, O_CREAT), (2, Cmp::HasBits, S_ISUID)],
+            &[(1, Cmp::HasBits, O_CREAT), (2, Cmp::HasBits, S_ISGID)],
+            &[(1, Cmp::HasBits, O_TMPFILE), (2, Cmp::HasBits, S_ISUID)],
+            &[(1, Cmp::HasBits, O_TMPFILE), (2, Cmp::HasBits, S_ISGID)],
+        ],
+    },
+    DeniedWhen {
+        nr: libc::SYS_openat,
+        name: "SYS_openat",
+        why: "O_CREAT/O_TMPFILE with a setuid/setgid mode plants a privilege",
+        rules: &[
+            &[(2, Cmp::HasBits, O_CREAT), (3, Cmp::HasBits, S_ISUID)],
+            &[(2, Cmp::HasBits, O_CREAT), (3, Cmp::HasBits, S_ISGID)],
+            &[(2, Cmp::HasBits, O_TMPFILE), (3, Cmp::HasBits, S_ISUID)],
+            &[(2, Cmp::HasBits, O_TMPFILE), (3, Cmp::HasBits, S_ISGID)],
+        ],
+    },
+    DeniedWhen {
+        nr: libc::SYS_mkdir,
+        name: "SYS_mkdir",
+        why: "a setuid/setgid directory mode is refused like a file's",
+        rules: SETID_MODE_ARG1,
+    },
+    DeniedWhen {
+        nr: libc::SYS_mkdirat,
+        name: "SYS_mkdirat",
+        why: "a setuid/setgid directory mode is refused like a file's",
+        rules: SETID_MODE_ARG2,
+    },
+    DeniedWhen {
+        nr: libc::SYS_mknod,
+        name: "SYS_mknod",
+        why: "device nodes, and regular files created with a setuid/setgid mode",
+        rules: &[
+            &[(1, Cmp::HasBits, S_ISUID)],
+            &[(1, Cmp::HasBits, S_ISGID)],
+            &[(1, Cmp::HasBits, S_IFCHR_BIT)],
+        ],
+    },
+    DeniedWhen {
+        nr: libc::SYS_mknodat,
+        name: "SYS_mknodat",
+        why: "device nodes, and regular files created with a setuid/setgid mode",
+        rules: &[
+            &[(2, Cmp::HasBits, S_ISUID)],
+            &[(2, Cmp::HasBits, S_ISGID)],
+            &[(2, Cmp::HasBits, S_IFCHR_BIT)],
+        ],
+    },
+    DeniedWhen {
+        nr: libc::SYS_fcntl,
+        name: "SYS_fcntl",
+        why: "a lease blocks host writers of a granted file; F_NOTIFY reports host activity on shared mounts",
+        rules: &[
+            &[(1, Cmp::Eq32, libc::F_SETLEASE as u64)],
+            &[(1, Cmp::Eq32, libc::F_NOTIFY as u64)],
         ],
     },
     DeniedWhen {

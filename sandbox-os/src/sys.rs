@@ -679,14 +679,16 @@ pub fn fs_free(fd: RawFd) -> io::Result<(u64, u64, u64)> {
     Ok((st.f_bavail as u64, st.f_blocks as u64, st.f_ffree as u64))
 }
 
-/// Drops every capability: bounding set, ambient set, then the effective, permitted and
-/// inheritable sets, and locks securebits so uid 0 never regains them on exec.
-pub fn drop_all_capabilities() -> io::Result<()> {
+/// Drops every capability but those in `keep` (a mask of `1 << CAP_*`): from the bounding
+/// set, then the effective, permitted and inheritable sets; the kept ones are raised in the
+/// ambient set so they survive `execve` of unprivileged programs. Then locks securebits so
+/// uid 0 never gains capabilities on exec and the ambient set cannot grow.
+pub fn drop_capabilities_except(keep: u64) -> io::Result<()> {
     let last_cap: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63);
-    for cap in 0..=last_cap {
+    for cap in (0..=last_cap).filter(|cap| keep & (1 << cap) == 0) {
         // SAFETY: prctl with integer arguments.
         let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         if ret < 0 {
@@ -706,11 +708,33 @@ pub fn drop_all_capabilities() -> io::Result<()> {
             0,
         )
     })?;
+
+    // CAP_SETPCAP stays effective until securebits are set, then goes with the rest.
+    const CAP_SETPCAP: u64 = 1 << 8;
+    set_capabilities(keep | CAP_SETPCAP, keep)?;
+    for cap in (0..64u64).filter(|cap| keep & (1 << cap) != 0) {
+        // SAFETY: prctl with integer arguments; the capability is permitted and inheritable.
+        check(unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                cap as libc::c_ulong,
+                0,
+                0,
+            )
+        })?;
+    }
     // SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | _LOCKED |
     // SECBIT_NO_CAP_AMBIENT_RAISE | _LOCKED. KEEP_CAPS stays off.
     const SECBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x40 | 0x80;
     // SAFETY: prctl with integer arguments.
     check(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECBITS, 0, 0, 0) })?;
+    set_capabilities(keep, keep)
+}
+
+/// `capset`: effective and permitted `present`, inheritable `inheritable` (masks of
+/// `1 << CAP_*`).
+fn set_capabilities(present: u64, inheritable: u64) -> io::Result<()> {
     #[repr(C)]
     struct CapHeader {
         version: u32,
@@ -727,11 +751,11 @@ pub fn drop_all_capabilities() -> io::Result<()> {
         version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
         pid: 0,
     };
-    let data = [CapData {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
+    let data = [0u32, 32].map(|shift| CapData {
+        effective: (present >> shift) as u32,
+        permitted: (present >> shift) as u32,
+        inheritable: (inheritable >> shift) as u32,
+    });
     // SAFETY: header and a two-element data array, as capset v3 expects.
     check_long(unsafe {
         libc::syscall(
@@ -794,6 +818,21 @@ pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
 pub fn is_executable(path: &CStr) -> bool {
     // SAFETY: NUL-terminated path.
     unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
+}
+
+/// `setresgid(gid, gid, gid)` then `setresuid(uid, uid, uid)`: become `uid`/`gid` of the
+/// current user namespace.
+pub fn become_ids(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: integer arguments.
+    check(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: integer arguments.
+    check(unsafe { libc::setresuid(uid, uid, uid) }).map(drop)
+}
+
+/// The caller's real uid and gid, as its user namespace sees them.
+pub fn real_ids() -> (u32, u32) {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { (libc::getuid(), libc::getgid()) }
 }
 
 /// The caller's effective uid and gid.

@@ -56,7 +56,7 @@ enum HostResult {
         stdout_truncated: bool,
         stderr_truncated: bool,
         usage: ResourceUsage,
-        receipt: Receipt,
+        receipt: Box<Receipt>,
     },
     Failed {
         kind: String,
@@ -412,7 +412,7 @@ pub fn host_main() -> i32 {
                 stdout_truncated: out.stdout_truncated,
                 stderr_truncated: out.stderr_truncated,
                 usage: out.usage,
-                receipt: out.receipt,
+                receipt: Box::new(out.receipt),
             },
             Err(e) => HostResult::Failed {
                 kind: e.kind().code().to_string(),

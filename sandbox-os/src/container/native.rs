@@ -238,11 +238,22 @@ pub fn run(
             image.id
         ),
     );
+    let host = receipt.identity.as_ref().map_or_else(
+        || "an unreported host id".to_string(),
+        |id| {
+            format!(
+                "host uid {} gid {} ({})",
+                id.host_uid,
+                id.host_gid,
+                id.source.as_str()
+            )
+        },
+    );
     receipt.enforce(
         Capability::Privileges,
         "image user",
         format!(
-            "uid {} gid {} (image User {:?}) mapped to the caller; no capabilities",
+            "uid {} gid {} (image User {:?}) mapped to {host}",
             user.uid,
             user.gid,
             image.config.user.as_deref().unwrap_or("")
