@@ -226,6 +226,12 @@ export interface Caps {
    * layer that is discarded when the run ends).
    */
   workspace?: string
+  /**
+   * The agent this run acts for: 1 to 64 of `a-z 0-9 _ - .`. With a root embedder each agent
+   * gets its own unprivileged host uid and gid (stable across runs); runs without an agent get
+   * a fresh one. Default: none.
+   */
+  agent?: string
 }
 
 /** The container runtimes: Strata's own, or a Docker/Podman engine (optionally gVisor). */
@@ -269,6 +275,19 @@ export interface Receipt {
    * (`sha256:` digest of its configuration, or `dir:PATH` for a root file system directory).
    */
   container?: { runtime: ContainerRuntime; image: string; digest: string }
+  /**
+   * The host identity the tool ran as. `source`: `'agent'` (the agent's own ids), `'fresh'`
+   * (ids used by this run alone) or `'embedder'` (an unprivileged embedder's own uid).
+   * Absent for backends without host identities (wasm).
+   */
+  identity?: {
+    agent?: string
+    source: 'agent' | 'fresh' | 'embedder'
+    host_uid: number
+    host_gid: number
+    uid: number
+    gid: number
+  }
 }
 
 /** The result of a run that happened. A non-zero exit is data, not an error. */

@@ -73,6 +73,10 @@ pub struct RunArgs {
     /// Container runtime: native, docker, podman or runsc (container backend).
     #[arg(long)]
     pub runtime: Option<String>,
+    /// Run as this agent: its own unprivileged host uid and gid, stable across runs
+    /// (when strata runs as root); without it each run gets a fresh one.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
     /// Run source code: python, javascript or sh; the code is the first argument after --.
     #[arg(long, value_name = "LANG")]
     pub script: Option<String>,
@@ -177,6 +181,7 @@ impl RunArgs {
         if let Some(d) = &self.disk {
             caps.limits.disk = size("disk", d)?;
         }
+        caps.agent = self.agent.clone();
         if self.stdin {
             use std::io::Read;
             let mut input = Vec::new();

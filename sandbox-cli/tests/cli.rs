@@ -139,6 +139,9 @@ fn bad_arguments_exit_2_with_one_line_and_run_nothing() {
             "run", "--memory", "lots", "--rw", &rw, "--", "sh", "-c", &touch,
         ],
         vec![
+            "run", "--agent", "../x", "--rw", &rw, "--", "sh", "-c", &touch,
+        ],
+        vec![
             "run",
             "--net",
             "everything",
@@ -233,4 +236,19 @@ fn doctor_reports_every_backend() {
     assert_eq!(backends, ["process", "wasm", "container", "microvm"]);
     let human = strata(&["doctor"]);
     assert!(text(&human.stdout).contains("landlock"));
+}
+
+#[test]
+fn agent_runs_as_its_own_host_uid_and_the_receipt_says_so() {
+    let out = strata(&["run", "--json", "--agent", "cli-agent", "--", "true"]);
+    // As root (CI); an unprivileged run naming an agent is refused (process_identity tests).
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let identity = &json["receipt"]["identity"];
+    assert_eq!(identity["agent"], "cli-agent", "{json}");
+    assert_eq!(
+        identity["source"], "agent",
+        "run as root (.ci/run does): {json}"
+    );
+    assert_ne!(identity["host_uid"], 0, "{json}");
 }

@@ -42,6 +42,7 @@ pub(crate) struct NodeCaps {
     image: Option<String>,
     runtime: Option<ContainerRuntime>,
     workspace: Option<PathBuf>,
+    agent: Option<String>,
 }
 
 impl From<NodeCaps> for Caps {
@@ -65,6 +66,7 @@ impl From<NodeCaps> for Caps {
             caps.stdin = stdin.0;
         }
         caps.workdir = node.workdir;
+        caps.agent = node.agent;
         let limits = &mut caps.limits;
         if let Some(ms) = node.timeout_ms {
             limits.timeout = ms.0;

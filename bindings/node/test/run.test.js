@@ -316,4 +316,23 @@ describe('caps', () => {
     assert.equal(result.exitCode, 0)
     assert.equal((await sandbox.run(['true'], null)).exitCode, 0)
   })
+
+  test('agent: its own host identity, stable across runs; fresh runs get another', async (t) => {
+    assert.equal(process.getuid(), 0, 'run the suite as root (.ci/run does)')
+    const dir = tempDir(t)
+    fs.chmodSync(dir, 0o755)
+    const result = await sandbox.run(['/bin/sh', '-c', `touch ${dir}/made`], { readWrite: [dir], agent: 'node-agent' })
+    assert.equal(result.exitCode, 0, result.stderr)
+    const id = result.receipt.identity
+    assert.equal(id.agent, 'node-agent')
+    assert.equal(id.source, 'agent')
+    assert.notEqual(id.host_uid, 0)
+    assert.equal(fs.statSync(path.join(dir, 'made')).uid, id.host_uid)
+    const again = (await sandbox.run(['true'], { agent: 'node-agent' })).receipt.identity
+    assert.equal(again.host_uid, id.host_uid)
+    const fresh = (await sandbox.run(['true'])).receipt.identity
+    assert.equal(fresh.source, 'fresh')
+    assert.notEqual(fresh.host_uid, id.host_uid)
+    await assert.rejects(sandbox.run(['true'], { agent: '../evil' }), /agent name/)
+  })
 })

@@ -222,6 +222,14 @@ impl PyReceipt {
         json_to_py(py, &serialize(py, &self.receipt.container)?)
     }
 
+    /// The host identity the tool ran as: `{"agent"?, "source", "host_uid", "host_gid",
+    /// "uid", "gid"}`, where `source` is `"agent"`, `"fresh"` or `"embedder"` (an
+    /// unprivileged embedder's own uid); `None` for backends without host identities.
+    #[getter]
+    fn identity<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_to_py(py, &serialize(py, &self.receipt.identity)?)
+    }
+
     /// Whether `capability` (e.g. `"fs"`, `"net"`) is enforced by a mechanism whose name
     /// contains `mechanism` (e.g. `"landlock"`).
     fn has(&self, py: Python<'_>, capability: &str, mechanism: &str) -> PyResult<bool> {

@@ -179,6 +179,8 @@ impl ToPyRepr for Vec<String> {
 /// - `processes`, `open_files`: counts.
 /// - `stdin`: str or bytes fed to the tool.
 /// - `workdir`: working directory inside the sandbox.
+/// - `agent`: the agent the run acts for; each agent gets its own host uid and gid (a root
+///   embedder), other runs a fresh one.
 /// - `system`: `"runtime"` (default) or `"none"`.
 /// - `image`, `runtime`: the container backend's image and runtime (`"native"`,
 ///   `"docker"`, `"podman"`, `"runsc"`); or `container` in the schema form.
@@ -593,6 +595,12 @@ impl PyCaps {
     #[getter]
     fn stdin<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
         pyo3::types::PyBytes::new(py, &self.caps.stdin)
+    }
+
+    /// The agent this run acts for (its own host identity where the backend maps them).
+    #[getter]
+    fn agent(&self) -> Option<String> {
+        self.caps.agent.clone()
     }
 
     /// Working directory inside the sandbox (`None`: `/tmp`).

@@ -319,3 +319,24 @@ def test_container_image_runs_natively_with_cpus() -> None:
     assert container["digest"].startswith("sha256:")
     quota = [e for e in receipt.enforced if e["mechanism"] == "cgroup cpu quota"]
     assert quota and "0.5 core" in quota[0]["detail"], receipt.enforced
+
+
+def test_agent_runs_under_its_own_host_identity(sb: strata.Sandbox, tmp_path: Path) -> None:
+    # As root (CI), each agent gets its own unprivileged host uid; files it creates are its.
+    assert os.geteuid() == 0, "run the suite as root (.ci/run does)"
+    os.chmod(tmp_path, 0o755)
+    caps = strata.Caps(read_write=tmp_path, agent="py-agent")
+    assert caps.agent == "py-agent"
+    assert caps.to_dict()["agent"] == "py-agent"
+    result = sb.run(["/bin/sh", "-c", f"touch {tmp_path}/made"], caps)
+    assert result.ok, result.stderr
+    identity = result.receipt.identity
+    assert identity["agent"] == "py-agent" and identity["source"] == "agent"
+    assert identity["host_uid"] != 0
+    assert (tmp_path / "made").stat().st_uid == identity["host_uid"]
+    again = sb.run(["/bin/true"], strata.Caps(agent="py-agent")).receipt.identity
+    assert again["host_uid"] == identity["host_uid"]
+    fresh = sb.run(["/bin/true"]).receipt.identity
+    assert fresh["source"] == "fresh" and fresh["host_uid"] != identity["host_uid"]
+    with pytest.raises(strata.InvalidRequestError, match="agent name"):
+        strata.Caps(agent="../evil")
