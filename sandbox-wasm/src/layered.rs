@@ -207,6 +207,7 @@ pub(crate) fn run(
         strictness: ctx.strictness,
         cancel: ctx.cancel.clone(),
         sink: Some(demux.clone()),
+        ..RunContext::default()
     };
     let tool = Tool::Command {
         argv: vec![host_guest.display().to_string()],
@@ -398,6 +399,7 @@ fn host_context(strictness: Strictness) -> RunContext {
         strictness,
         cancel: sandbox_core::CancelToken::new(),
         sink: Some(Arc::new(FrameWriter)),
+        ..RunContext::default()
     }
 }
 
