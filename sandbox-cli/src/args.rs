@@ -76,7 +76,9 @@ pub struct RunArgs {
     /// Run source code: python, javascript or sh; the code is the first argument after --.
     #[arg(long, value_name = "LANG")]
     pub script: Option<String>,
-    /// Feed this process's standard input to the tool.
+    /// Stream this process's standard input to the tool while it runs (never read whole:
+    /// at most 64 KiB is buffered, a fast producer waits for the tool, and --timeout still
+    /// ends the run while the input is open). Without it the tool's stdin is empty.
     #[arg(long)]
     pub stdin: bool,
     /// Run with what this host can enforce and list the gaps in the receipt, instead of
@@ -97,6 +99,8 @@ pub struct Request {
     pub strictness: Strictness,
     pub tool: Tool,
     pub caps: Caps,
+    /// Stream this process's stdin to the tool.
+    pub stdin: bool,
 }
 
 fn mount_arg(spec: &str) -> (PathBuf, PathBuf) {
@@ -177,14 +181,6 @@ impl RunArgs {
         if let Some(d) = &self.disk {
             caps.limits.disk = size("disk", d)?;
         }
-        if self.stdin {
-            use std::io::Read;
-            let mut input = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut input)
-                .map_err(|e| Error::invalid(format!("--stdin: cannot read standard input: {e}")))?;
-            caps.stdin = input;
-        }
         if let Some(image) = &self.image {
             caps = caps.image(image.clone());
             if let Some(runtime) = &self.runtime {
@@ -229,6 +225,7 @@ impl RunArgs {
             },
             tool,
             caps,
+            stdin: self.stdin,
         })
     }
 }

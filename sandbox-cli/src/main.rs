@@ -8,11 +8,12 @@
 mod args;
 
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use strata::{doctor, Error, ErrorKind, RunContext, Sandbox, Stream};
+use strata::{doctor, Error, ErrorKind, RunContext, Sandbox, StdinSource, Stream};
 
 use args::{Cli, Command, RunArgs};
 
@@ -86,6 +87,18 @@ fn run(args: RunArgs) -> ExitCode {
         Err(e) => return fail(&e, json),
     };
     let mut ctx = RunContext::default();
+    if request.stdin {
+        // A duplicate of fd 0, streamed by the backend; this process never reads it.
+        match std::io::stdin().as_fd().try_clone_to_owned() {
+            Ok(fd) => ctx.stdin = Some(Arc::new(StdinSource::from_fd(fd))),
+            Err(e) => {
+                return fail(
+                    &Error::invalid(format!("--stdin: cannot use standard input: {e}")),
+                    json,
+                )
+            }
+        }
+    }
     if !json {
         // Pass output through as it arrives.
         ctx.sink = Some(Arc::new(|stream: Stream, chunk: &[u8]| {
