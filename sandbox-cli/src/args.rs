@@ -81,6 +81,12 @@ pub struct RunArgs {
     /// ends the run while the input is open). Without it the tool's stdin is empty.
     #[arg(long)]
     pub stdin: bool,
+    /// Pass the tool's output to a terminal unchanged. By default, when stdout or stderr is
+    /// a terminal, every control sequence but SGR colours (cursor moves, OSC 52 clipboard
+    /// writes, title changes, DCS, C1 and other control bytes) is shown escaped as text
+    /// (e.g. \x1b]52;...) instead of acting. Pipes, files and --json are never changed.
+    #[arg(long = "raw-output")]
+    pub raw_output: bool,
     /// Run with what this host can enforce and list the gaps in the receipt, instead of
     /// refusing.
     #[arg(long = "best-effort")]
@@ -101,6 +107,8 @@ pub struct Request {
     pub caps: Caps,
     /// Stream this process's stdin to the tool.
     pub stdin: bool,
+    /// Do not neutralise control sequences on a terminal.
+    pub raw_output: bool,
 }
 
 fn mount_arg(spec: &str) -> (PathBuf, PathBuf) {
@@ -226,6 +234,7 @@ impl RunArgs {
             tool,
             caps,
             stdin: self.stdin,
+            raw_output: self.raw_output,
         })
     }
 }

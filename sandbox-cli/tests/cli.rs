@@ -1,6 +1,7 @@
 //! The CLI contract of DESIGN.md: arguments, exit codes, `--json`, `doctor`, streamed
-//! `--stdin`. Needs `strata-helper` next to the `strata` binary (built by
-//! `cargo test --workspace`).
+//! `--stdin`, and output neutralised on a terminal unless `--raw-output`.
+//! Needs `strata-helper` next to the `strata` binary (built by `cargo test --workspace`),
+//! and `script` from util-linux for the terminal tests.
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -350,4 +351,124 @@ fn without_stdin_flag_the_tool_reads_nothing() {
         .output()
         .expect("run strata");
     assert_eq!(text(&out.stdout).trim(), "0");
+}
+
+fn shell_quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
+}
+
+/// Runs strata with a pseudo-terminal as its stdin, stdout and stderr (script(1) from
+/// util-linux) and returns what reached the terminal.
+fn strata_on_a_terminal(args: &[&str]) -> Vec<u8> {
+    let command: Vec<String> = std::iter::once(exe())
+        .chain(args.iter().copied())
+        .map(shell_quote)
+        .collect();
+    let out = Command::new("script")
+        .args(["-qec", &command.join(" "), "/dev/null"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "the terminal tests need script(1) from util-linux (apt-get install bsdutils): {e}"
+            )
+        });
+    assert!(out.status.success(), "script failed: {}", text(&out.stderr));
+    out.stdout
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+const OSC52: &str = r"a\033]52;c;cm0gLXJmIH4=\007b";
+
+#[test]
+fn osc52_clipboard_write_is_neutralised_on_a_terminal() {
+    let screen = strata_on_a_terminal(&["run", "--backend", "process", "--", "printf", OSC52]);
+    assert!(
+        !contains(&screen, b"\x1b]52"),
+        "raw OSC 52 reached the terminal: {screen:?}"
+    );
+    assert!(
+        contains(&screen, br"a\x1b]52;c;cm0gLXJmIH4=\x07b"),
+        "{}",
+        text(&screen)
+    );
+    // The same on stderr.
+    let code = format!("printf '{OSC52}' >&2");
+    let screen = strata_on_a_terminal(&["run", "--backend", "process", "--", "sh", "-c", &code]);
+    assert!(
+        !contains(&screen, b"\x1b]52"),
+        "raw OSC 52 on stderr: {screen:?}"
+    );
+    assert!(contains(&screen, br"\x1b]52;c;"), "{}", text(&screen));
+}
+
+#[test]
+fn title_change_is_neutralised_on_a_terminal() {
+    let screen = strata_on_a_terminal(&[
+        "run",
+        "--backend",
+        "process",
+        "--",
+        "printf",
+        r"\033]0;pwned\007\033]2;pwned\033\\\033[2J\033[H",
+    ]);
+    assert!(
+        !screen.contains(&0x1b),
+        "raw ESC reached the terminal: {screen:?}"
+    );
+    assert!(
+        !screen.contains(&0x07),
+        "raw BEL reached the terminal: {screen:?}"
+    );
+    assert!(
+        contains(&screen, br"\x1b]0;pwned\x07\x1b]2;pwned\x1b\\x1b[2J\x1b[H"),
+        "{}",
+        text(&screen)
+    );
+}
+
+#[test]
+fn sgr_colours_pass_on_a_terminal() {
+    let screen = strata_on_a_terminal(&[
+        "run",
+        "--backend",
+        "process",
+        "--",
+        "printf",
+        r"\033[1;31mred\033[0m plain",
+    ]);
+    assert!(
+        contains(&screen, b"\x1b[1;31mred\x1b[0m plain"),
+        "{}",
+        text(&screen)
+    );
+}
+
+#[test]
+fn raw_output_passes_control_sequences() {
+    let screen = strata_on_a_terminal(&[
+        "run",
+        "--backend",
+        "process",
+        "--raw-output",
+        "--",
+        "printf",
+        OSC52,
+    ]);
+    assert!(
+        contains(&screen, b"a\x1b]52;c;cm0gLXJmIH4=\x07b"),
+        "{}",
+        text(&screen)
+    );
+}
+
+#[test]
+fn output_to_a_pipe_is_unchanged() {
+    let out = strata(&["run", "--backend", "process", "--", "printf", OSC52]);
+    assert_eq!(out.stdout, b"a\x1b]52;c;cm0gLXJmIH4=\x07b");
 }
