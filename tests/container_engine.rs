@@ -10,7 +10,7 @@ use std::time::Duration;
 use container_common::*;
 use strata::{
     BackendKind, CancelToken, Capability, Caps, ContainerRuntime, ErrorKind, LimitKind, RunContext,
-    ScriptLanguage, Tool,
+    ScriptLanguage, StdinSource, Tool,
 };
 
 const DOCKER: ContainerRuntime = ContainerRuntime::Docker;
@@ -132,6 +132,70 @@ fn engine_limits_end_the_run_with_a_typed_reason() {
     assert!(
         !out.success(),
         "a 512M allocation under a 64M limit must fail"
+    );
+    assert!(leftover_containers().is_empty());
+}
+
+/// A pipe (read end, write end).
+fn pipe() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints.
+    let ret = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(ret, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: pipe2 returned two fresh descriptors that nothing else owns.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    }
+}
+
+#[test]
+fn engine_stdin_stream_reaches_the_container_and_cannot_outlive_the_timeout() {
+    let _serial = serial();
+    let images = engine_images();
+    let streaming = |reader: std::fs::File| RunContext {
+        stdin: Some(std::sync::Arc::new(StdinSource::from_fd(reader))),
+        ..RunContext::default()
+    };
+    // Exactly: the caps' bytes, then 3 MB from the stream.
+    let (reader, mut writer) = pipe();
+    let producer =
+        std::thread::spawn(move || std::io::Write::write_all(&mut writer, &vec![b'x'; 3_000_000]));
+    let with_prefix = caps(&images.python_archive(), DOCKER).stdin(b"12345".to_vec());
+    let out = sandbox()
+        .run_with(
+            &Tool::command(["wc", "-c"]),
+            &with_prefix,
+            &streaming(reader),
+        )
+        .expect("run");
+    producer.join().expect("producer").expect("written");
+    assert_eq!(ok_stdout(&out).trim(), "3000005");
+
+    // A producer that never stops, into a tool that never reads: held back, cut by the
+    // timeout, and its pipe closed after the run.
+    let (reader, mut writer) = pipe();
+    let producer = std::thread::spawn(move || {
+        let chunk = vec![b'y'; 16 * 1024];
+        let mut written = 0u64;
+        while let Ok(n) = std::io::Write::write(&mut writer, &chunk) {
+            written += n as u64;
+        }
+        written
+    });
+    let short = caps(&images.python_archive(), DOCKER).timeout(Duration::from_secs(2));
+    let out = sandbox()
+        .run_with(&Tool::command(["sleep", "30"]), &short, &streaming(reader))
+        .expect("run");
+    assert_eq!(out.limit(), Some(LimitKind::Wall), "{}", out.status);
+    let written = producer.join().expect("producer");
+    eprintln!("the producer got {written} bytes in");
+    assert!(
+        written < 16 << 20,
+        "{written} bytes taken from a producer the container never read"
     );
     assert!(leftover_containers().is_empty());
 }

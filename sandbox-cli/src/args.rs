@@ -80,9 +80,17 @@ pub struct RunArgs {
     /// Run source code: python, javascript or sh; the code is the first argument after --.
     #[arg(long, value_name = "LANG")]
     pub script: Option<String>,
-    /// Feed this process's standard input to the tool.
+    /// Stream this process's standard input to the tool while it runs (never read whole:
+    /// at most 64 KiB is buffered, a fast producer waits for the tool, and --timeout still
+    /// ends the run while the input is open). Without it the tool's stdin is empty.
     #[arg(long)]
     pub stdin: bool,
+    /// Pass the tool's output to a terminal unchanged. By default, when stdout or stderr is
+    /// a terminal, every control sequence but SGR colours (cursor moves, OSC 52 clipboard
+    /// writes, title changes, DCS, C1 and other control bytes) is shown escaped as text
+    /// (e.g. \x1b]52;...) instead of acting. Pipes, files and --json are never changed.
+    #[arg(long = "raw-output")]
+    pub raw_output: bool,
     /// Run with what this host can enforce and list the gaps in the receipt, instead of
     /// refusing.
     #[arg(long = "best-effort")]
@@ -101,6 +109,10 @@ pub struct Request {
     pub strictness: Strictness,
     pub tool: Tool,
     pub caps: Caps,
+    /// Stream this process's stdin to the tool.
+    pub stdin: bool,
+    /// Do not neutralise control sequences on a terminal.
+    pub raw_output: bool,
 }
 
 fn mount_arg(spec: &str) -> (PathBuf, PathBuf) {
@@ -182,14 +194,6 @@ impl RunArgs {
             caps.limits.disk = size("disk", d)?;
         }
         caps.agent = self.agent.clone();
-        if self.stdin {
-            use std::io::Read;
-            let mut input = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut input)
-                .map_err(|e| Error::invalid(format!("--stdin: cannot read standard input: {e}")))?;
-            caps.stdin = input;
-        }
         if let Some(image) = &self.image {
             caps = caps.image(image.clone());
             if let Some(runtime) = &self.runtime {
@@ -234,6 +238,8 @@ impl RunArgs {
             },
             tool,
             caps,
+            stdin: self.stdin,
+            raw_output: self.raw_output,
         })
     }
 }

@@ -4,15 +4,22 @@
 //! another limit killed it; 128+N when signal N killed it; 2 for bad arguments or an
 //! invalid request (nothing ran); 125 when the run was refused or the sandbox failed
 //! (nothing of the tool ran).
+//!
+//! The tool's output passes through as it arrives. When stdout (or stderr) is a terminal,
+//! it first goes through [`sanitize::Sanitizer`] unless `--raw-output` is given.
 
 mod args;
+mod sanitize;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use clap::Parser;
-use strata::{doctor, Error, ErrorKind, RunContext, Sandbox, Stream};
+use strata::{doctor, Error, ErrorKind, OutputSink, RunContext, Sandbox, StdinSource, Stream};
+
+use sanitize::Sanitizer;
 
 use args::{Cli, Command, RunArgs};
 
@@ -86,16 +93,27 @@ fn run(args: RunArgs) -> ExitCode {
         Err(e) => return fail(&e, json),
     };
     let mut ctx = RunContext::default();
-    if !json {
-        // Pass output through as it arrives.
-        ctx.sink = Some(Arc::new(|stream: Stream, chunk: &[u8]| {
-            let _ = match stream {
-                Stream::Stdout => std::io::stdout().lock().write_all(chunk),
-                Stream::Stderr => std::io::stderr().lock().write_all(chunk),
-            };
-        }));
+    if request.stdin {
+        // A duplicate of fd 0, streamed by the backend; this process never reads it.
+        match std::io::stdin().as_fd().try_clone_to_owned() {
+            Ok(fd) => ctx.stdin = Some(Arc::new(StdinSource::from_fd(fd))),
+            Err(e) => {
+                return fail(
+                    &Error::invalid(format!("--stdin: cannot use standard input: {e}")),
+                    json,
+                )
+            }
+        }
     }
-    match sandbox.run_with(&request.tool, &request.caps, &ctx) {
+    let passthrough = (!json).then(|| Arc::new(Passthrough::new(request.raw_output)));
+    if let Some(sink) = &passthrough {
+        ctx.sink = Some(Arc::clone(sink) as Arc<dyn OutputSink>);
+    }
+    let result = sandbox.run_with(&request.tool, &request.caps, &ctx);
+    if let Some(sink) = &passthrough {
+        sink.finish();
+    }
+    match result {
         Ok(out) => {
             if json {
                 let _ = writeln!(std::io::stdout(), "{}", out.to_json());
@@ -108,5 +126,67 @@ fn run(args: RunArgs) -> ExitCode {
             ExitCode::from(u8::try_from(out.cli_exit_code().clamp(0, 255)).unwrap_or(255))
         }
         Err(e) => fail(&e, json),
+    }
+}
+
+/// Writes the tool's output to ours as it arrives, through a [`Sanitizer`] for each of our
+/// streams that is a terminal (unless `--raw-output`).
+struct Passthrough {
+    stdout: Option<Mutex<Sanitizer>>,
+    stderr: Option<Mutex<Sanitizer>>,
+}
+
+impl Passthrough {
+    fn new(raw_output: bool) -> Self {
+        let filter = |tty: bool| (tty && !raw_output).then(|| Mutex::new(Sanitizer::new()));
+        Passthrough {
+            stdout: filter(std::io::stdout().is_terminal()),
+            stderr: filter(std::io::stderr().is_terminal()),
+        }
+    }
+
+    fn write(stream: Stream, bytes: &[u8]) {
+        let _ = match stream {
+            Stream::Stdout => std::io::stdout().lock().write_all(bytes),
+            Stream::Stderr => std::io::stderr().lock().write_all(bytes),
+        };
+    }
+
+    fn filter(&self, stream: Stream) -> Option<&Mutex<Sanitizer>> {
+        match stream {
+            Stream::Stdout => self.stdout.as_ref(),
+            Stream::Stderr => self.stderr.as_ref(),
+        }
+    }
+
+    /// Flushes what the filters still hold (an unfinished sequence, escaped).
+    fn finish(&self) {
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            if let Some(filter) = self.filter(stream) {
+                let mut out = Vec::new();
+                lock(filter).finish(&mut out);
+                Self::write(stream, &out);
+            }
+        }
+    }
+}
+
+impl OutputSink for Passthrough {
+    fn on_output(&self, stream: Stream, chunk: &[u8]) {
+        match self.filter(stream) {
+            Some(filter) => {
+                let mut out = Vec::with_capacity(chunk.len());
+                lock(filter).push(chunk, &mut out);
+                Self::write(stream, &out);
+            }
+            None => Self::write(stream, chunk),
+        }
+    }
+}
+
+fn lock(filter: &Mutex<Sanitizer>) -> std::sync::MutexGuard<'_, Sanitizer> {
+    match filter.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
     }
 }

@@ -1,9 +1,12 @@
-//! The CLI contract of DESIGN.md: arguments, exit codes, `--json`, `doctor`.
-//! Needs `strata-helper` next to the `strata` binary (built by `cargo test --workspace`).
+//! The CLI contract of DESIGN.md: arguments, exit codes, `--json`, `doctor`, streamed
+//! `--stdin`, and output neutralised on a terminal unless `--raw-output`.
+//! Needs `strata-helper` next to the `strata` binary (built by `cargo test --workspace`),
+//! and `script` from util-linux for the terminal tests.
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-fn strata(args: &[&str]) -> Output {
+fn exe() -> &'static str {
     let exe = env!("CARGO_BIN_EXE_strata");
     let helper = std::path::Path::new(exe).with_file_name("strata-helper");
     assert!(
@@ -11,7 +14,11 @@ fn strata(args: &[&str]) -> Output {
         "{} is missing: build the workspace binaries (cargo build --workspace --bins)",
         helper.display()
     );
-    Command::new(exe)
+    exe
+}
+
+fn strata(args: &[&str]) -> Output {
+    Command::new(exe())
         .args(args)
         .env_clear()
         .output()
@@ -251,4 +258,235 @@ fn agent_runs_as_its_own_host_uid_and_the_receipt_says_so() {
         "run as root (.ci/run does): {json}"
     );
     assert_ne!(identity["host_uid"], 0, "{json}");
+}
+
+/// A generous outer guard for runs that end by their own 1 s timeout.
+const GUARD_SECS: u64 = 60;
+
+/// Waits for `pid` and returns its exit code and the peak resident set (KiB) of it and its
+/// reaped descendants.
+fn wait_with_peak_rss(pid: u32) -> (Option<i32>, i64) {
+    let mut status = 0;
+    // SAFETY: rusage is plain data.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers; `pid` is our child, not yet waited for.
+    let ret = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(
+        ret,
+        pid as libc::pid_t,
+        "wait4: {}",
+        std::io::Error::last_os_error()
+    );
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, usage.ru_maxrss)
+}
+
+#[test]
+fn stdin_stream_from_endless_producer_times_out_with_bounded_memory() {
+    let mut yes = Command::new("yes")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn yes");
+    let input = yes.stdout.take().expect("yes stdout");
+    let start = Instant::now();
+    // `timeout` is the outer guard; it reports a guard kill as 137 after GUARD_SECS.
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped by wait4, for its resource usage"
+    )]
+    let child = Command::new("timeout")
+        .args(["-s", "KILL", &GUARD_SECS.to_string(), exe()])
+        .args(["run", "--backend", "process", "--stdin", "--timeout", "1"])
+        .args(["--", "sleep", "100"])
+        .env_clear()
+        .stdin(input)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn strata");
+    let (code, peak_kib) = wait_with_peak_rss(child.id());
+    let elapsed = start.elapsed();
+    let _ = yes.kill();
+    let _ = yes.wait();
+    eprintln!(
+        "strata with an endless producer: exit {code:?} after {elapsed:?}, peak RSS {peak_kib} KiB"
+    );
+    assert!(
+        elapsed < Duration::from_secs(GUARD_SECS),
+        "the guard had to kill it"
+    );
+    assert_eq!(code, Some(124));
+    assert!(
+        peak_kib < 64 * 1024,
+        "strata (or its helper) grew to {peak_kib} KiB reading an endless stdin"
+    );
+}
+
+#[test]
+fn stdin_stream_reaches_the_tool_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&data, &bytes).expect("write data");
+    let expected = Command::new("sha256sum")
+        .arg(&data)
+        .output()
+        .expect("host sha256sum");
+    let expected = text(&expected.stdout);
+    let expected = expected.split_whitespace().next().expect("digest");
+    // Through a pipe, as from a producer program.
+    let mut cat = Command::new("cat")
+        .arg(&data)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn cat");
+    let input = cat.stdout.take().expect("cat stdout");
+    let out = Command::new(exe())
+        .args(["run", "--backend", "process", "--stdin", "--", "sha256sum"])
+        .env_clear()
+        .stdin(input)
+        .output()
+        .expect("run strata");
+    let _ = cat.wait();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).split_whitespace().next(), Some(expected));
+    // From a file redirect, and byte-exact through wc.
+    let out = Command::new(exe())
+        .args(["run", "--backend", "process", "--stdin", "--", "wc", "-c"])
+        .env_clear()
+        .stdin(std::fs::File::open(&data).expect("open"))
+        .output()
+        .expect("run strata");
+    assert_eq!(text(&out.stdout).trim(), bytes.len().to_string());
+}
+
+#[test]
+fn without_stdin_flag_the_tool_reads_nothing() {
+    let out = Command::new(exe())
+        .args(["run", "--backend", "process", "--", "wc", "-c"])
+        .env_clear()
+        .stdin(std::fs::File::open("/etc/hostname").expect("open"))
+        .output()
+        .expect("run strata");
+    assert_eq!(text(&out.stdout).trim(), "0");
+}
+
+fn shell_quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
+}
+
+/// Runs strata with a pseudo-terminal as its stdin, stdout and stderr (script(1) from
+/// util-linux) and returns what reached the terminal.
+fn strata_on_a_terminal(args: &[&str]) -> Vec<u8> {
+    let command: Vec<String> = std::iter::once(exe())
+        .chain(args.iter().copied())
+        .map(shell_quote)
+        .collect();
+    let out = Command::new("script")
+        .args(["-qec", &command.join(" "), "/dev/null"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "the terminal tests need script(1) from util-linux (apt-get install bsdutils): {e}"
+            )
+        });
+    assert!(out.status.success(), "script failed: {}", text(&out.stderr));
+    out.stdout
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+const OSC52: &str = r"a\033]52;c;cm0gLXJmIH4=\007b";
+
+#[test]
+fn osc52_clipboard_write_is_neutralised_on_a_terminal() {
+    let screen = strata_on_a_terminal(&["run", "--backend", "process", "--", "printf", OSC52]);
+    assert!(
+        !contains(&screen, b"\x1b]52"),
+        "raw OSC 52 reached the terminal: {screen:?}"
+    );
+    assert!(
+        contains(&screen, br"a\x1b]52;c;cm0gLXJmIH4=\x07b"),
+        "{}",
+        text(&screen)
+    );
+    // The same on stderr.
+    let code = format!("printf '{OSC52}' >&2");
+    let screen = strata_on_a_terminal(&["run", "--backend", "process", "--", "sh", "-c", &code]);
+    assert!(
+        !contains(&screen, b"\x1b]52"),
+        "raw OSC 52 on stderr: {screen:?}"
+    );
+    assert!(contains(&screen, br"\x1b]52;c;"), "{}", text(&screen));
+}
+
+#[test]
+fn title_change_is_neutralised_on_a_terminal() {
+    let screen = strata_on_a_terminal(&[
+        "run",
+        "--backend",
+        "process",
+        "--",
+        "printf",
+        r"\033]0;pwned\007\033]2;pwned\033\\\033[2J\033[H",
+    ]);
+    assert!(
+        !screen.contains(&0x1b),
+        "raw ESC reached the terminal: {screen:?}"
+    );
+    assert!(
+        !screen.contains(&0x07),
+        "raw BEL reached the terminal: {screen:?}"
+    );
+    assert!(
+        contains(&screen, br"\x1b]0;pwned\x07\x1b]2;pwned\x1b\\x1b[2J\x1b[H"),
+        "{}",
+        text(&screen)
+    );
+}
+
+#[test]
+fn sgr_colours_pass_on_a_terminal() {
+    let screen = strata_on_a_terminal(&[
+        "run",
+        "--backend",
+        "process",
+        "--",
+        "printf",
+        r"\033[1;31mred\033[0m plain",
+    ]);
+    assert!(
+        contains(&screen, b"\x1b[1;31mred\x1b[0m plain"),
+        "{}",
+        text(&screen)
+    );
+}
+
+#[test]
+fn raw_output_passes_control_sequences() {
+    let screen = strata_on_a_terminal(&[
+        "run",
+        "--backend",
+        "process",
+        "--raw-output",
+        "--",
+        "printf",
+        OSC52,
+    ]);
+    assert!(
+        contains(&screen, b"a\x1b]52;c;cm0gLXJmIH4=\x07b"),
+        "{}",
+        text(&screen)
+    );
+}
+
+#[test]
+fn output_to_a_pipe_is_unchanged() {
+    let out = strata(&["run", "--backend", "process", "--", "printf", OSC52]);
+    assert_eq!(out.stdout, b"a\x1b]52;c;cm0gLXJmIH4=\x07b");
 }

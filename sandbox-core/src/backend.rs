@@ -133,14 +133,96 @@ pub struct RunContext {
     pub cancel: CancelToken,
     /// Streaming output callback.
     pub sink: Option<Arc<dyn OutputSink>>,
+    /// Standard input streamed to the tool while it runs, after the bytes of
+    /// [`Caps::stdin`]. Default: none (the tool's stdin ends after `Caps::stdin`). See
+    /// [`StdinSource`] for the buffering and limits every backend applies.
+    #[cfg(unix)]
+    pub stdin: Option<Arc<StdinSource>>,
 }
 
 impl fmt::Debug for RunContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunContext")
-            .field("strictness", &self.strictness)
+        let mut d = f.debug_struct("RunContext");
+        d.field("strictness", &self.strictness)
             .field("cancelled", &self.cancel.is_cancelled())
-            .field("sink", &self.sink.is_some())
+            .field("sink", &self.sink.is_some());
+        #[cfg(unix)]
+        d.field("stdin", &self.stdin);
+        d.finish()
+    }
+}
+
+/// How much of a [`StdinSource`] a backend holds in memory at once: it reads at most this
+/// many bytes ahead of what the tool has consumed.
+pub const STDIN_BUFFER: usize = 64 * 1024;
+
+/// A stream the tool reads on its standard input while it runs, for input that is too
+/// large, endless or slow to hand over as [`Caps::stdin`] bytes (a pipe from another
+/// program, a terminal, a socket, a file).
+///
+/// Every backend streams it; none reads it whole:
+///
+/// - the tool gets the bytes of `Caps::stdin` first, then the stream; end of file on the
+///   stream closes the tool's stdin;
+/// - at most [`STDIN_BUFFER`] bytes are read ahead of what the tool consumed (plus what the
+///   backend's own pipe or connection buffers), so a producer that never stops is held
+///   back, not buffered;
+/// - the wall-clock timeout, the other limits and cancellation apply while the stream is
+///   open: a producer that never closes cannot keep a run alive;
+/// - when the tool exits or closes its stdin, reading stops; what it did not read stays
+///   unread. A read error on the stream ends the tool's input like end of file.
+///
+/// A source feeds one run: the run that takes it owns the file descriptor and closes it
+/// when the run ends, and a later run given the same source is refused with
+/// [`Error::InvalidRequest`]. While a run reads it, the descriptor's open file description
+/// is switched to non-blocking (shared with any duplicate of it, such as a shell's
+/// terminal) and switched back when the run ends.
+#[cfg(unix)]
+pub struct StdinSource {
+    fd: Mutex<Option<std::os::fd::OwnedFd>>,
+}
+
+#[cfg(unix)]
+impl StdinSource {
+    /// Streams from `fd`: a pipe, FIFO, socket, terminal or regular file (any readable file
+    /// descriptor; a regular file is read from its current offset).
+    pub fn from_fd(fd: impl Into<std::os::fd::OwnedFd>) -> Self {
+        StdinSource {
+            fd: Mutex::new(Some(fd.into())),
+        }
+    }
+
+    /// Takes the descriptor for a run. Backends call this once they are about to start the
+    /// tool, so a request refused earlier leaves the source for another run.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when an earlier run already took it.
+    pub fn take(&self) -> Result<std::os::fd::OwnedFd> {
+        let mut guard = match self.fd.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        guard.take().ok_or_else(|| {
+            Error::invalid(
+                "the stdin stream was already used by an earlier run (a stream feeds one run)",
+            )
+        })
+    }
+
+    /// Whether a run has taken the descriptor.
+    pub fn is_taken(&self) -> bool {
+        match self.fd.lock() {
+            Ok(guard) => guard.is_none(),
+            Err(poisoned) => poisoned.into_inner().is_none(),
+        }
+    }
+}
+
+#[cfg(unix)]
+impl fmt::Debug for StdinSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StdinSource")
+            .field("taken", &self.is_taken())
             .finish()
     }
 }
@@ -268,6 +350,19 @@ mod tests {
         }));
         token.cancel();
         assert_eq!(hits.load(Ordering::SeqCst), 0);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn stdin_source_feeds_one_run() {
+        let file = std::fs::File::open("/dev/null").expect("open /dev/null");
+        let source = StdinSource::from_fd(file);
+        assert!(!source.is_taken());
+        let _fd = source.take().expect("first take");
+        assert!(source.is_taken());
+        let err = source.take().expect_err("second take");
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidRequest);
+        assert!(err.to_string().contains("already used"));
     }
 
     #[test]

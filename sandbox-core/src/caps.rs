@@ -42,6 +42,8 @@ pub struct Caps {
     /// Resource limits. Default: [`Limits::default`].
     pub limits: Limits,
     /// Bytes fed to the tool's standard input. Default: empty (immediate end of file).
+    /// These bytes are held in memory; for large, endless or slow input, stream it with
+    /// [`crate::RunContext::stdin`] instead (read after these bytes, with bounded buffering).
     #[serde(
         deserialize_with = "deserialize_stdin",
         skip_serializing_if = "Vec::is_empty"

@@ -24,7 +24,11 @@ pub mod size;
 pub mod tool;
 mod validate;
 
-pub use backend::{Backend, BackendKind, CancelToken, OutputSink, RunContext, Stream, Strictness};
+#[cfg(unix)]
+pub use backend::StdinSource;
+pub use backend::{
+    Backend, BackendKind, CancelToken, OutputSink, RunContext, Stream, Strictness, STDIN_BUFFER,
+};
 pub use caps::{Access, Caps, Limits, Mount, Net, NetRule, SystemDirs};
 pub use container::{ContainerReceipt, ContainerRuntime, ContainerSpec};
 pub use doctor::{BackendReport, Check, DoctorReport};

@@ -68,6 +68,12 @@ fn is_executable_file(path: &Path) -> bool {
 /// landlock and a seccomp allowlist, and executes the tool under rlimits and a per-run
 /// cgroup. The run ends when the tool's main process exits; everything it started is
 /// killed with it.
+///
+/// Standard input: the caps' bytes, then the context's [`sandbox_core::StdinSource`] if
+/// any, both written into a pipe by the host with non-blocking writes; the stream is read
+/// [`sandbox_core::STDIN_BUFFER`] bytes at a time and only once the previous read went
+/// into the pipe, so the host holds at most that much and the timeout fires while the
+/// stream is open.
 pub struct ProcessBackend {
     helper: std::result::Result<PathBuf, String>,
     probe: OnceLock<HostProbe>,
@@ -386,10 +392,19 @@ impl ProcessBackend {
                 usage_us: &usage,
                 limit_us: u64::try_from(caps.limits.cpu_time.as_micros()).unwrap_or(u64::MAX),
             });
+        // Taken only now, so a request refused above leaves the stream to the caller.
+        let stream = match &ctx.stdin {
+            Some(source) => Some(source.take()?),
+            None => None,
+        };
+        let input = supervise::Input {
+            bytes: &caps.stdin,
+            stream,
+        };
         let outcome = supervise::run(
             prepared,
             &command,
-            &caps.stdin,
+            input,
             caps.limits.output.bytes(),
             cpu_watch,
             ctx,

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox_core::{Error, Result, RunContext, Stream};
+use sandbox_core::{Error, Result, RunContext, Stream, STDIN_BUFFER};
 
 use crate::protocol::{self, Command, Event, FrameBuffer, HostMessage, Spec};
 use crate::sys;
@@ -139,7 +139,7 @@ const CPU_CHECK: Duration = Duration::from_millis(100);
 pub fn run(
     prepared: Prepared,
     command: &Command,
-    stdin: &[u8],
+    stdin: Input<'_>,
     output_limit: u64,
     cpu: Option<CpuWatch<'_>>,
     ctx: &RunContext,
@@ -155,14 +155,13 @@ pub fn run(
     let (wake_r, wake_w) = sys::pipe().map_err(internal("wake pipe"))?;
 
     // Small stdin goes into the pipe buffer before the tool starts; the rest is streamed.
-    let mut stdin_rest: &[u8] = stdin;
     sys::set_nonblocking(in_w.as_raw_fd()).map_err(internal("stdin pipe"))?;
-    if !stdin.is_empty() {
-        let want = stdin.len().min(1 << 20) as libc::c_int;
+    if !stdin.bytes.is_empty() {
+        let want = stdin.bytes.len().min(1 << 20) as libc::c_int;
         let _ = sys::set_pipe_size(in_w.as_raw_fd(), want);
-        write_some(&in_w, &mut stdin_rest);
     }
-    let mut stdin_w = (!stdin_rest.is_empty()).then_some(in_w);
+    let mut feed = StdinFeed::new(in_w, stdin)?;
+    feed.pump();
 
     let mut frame = Vec::new();
     protocol::write_frame(
@@ -251,8 +250,9 @@ pub fn run(
                 libc::POLLIN,
             ),
             pollfd(control_open.then(|| control.as_raw_fd()), libc::POLLIN),
-            pollfd(stdin_w.as_ref().map(|w| w.as_raw_fd()), libc::POLLOUT),
+            feed.pipe_poll(),
             pollfd(Some(wake_r.as_raw_fd()), libc::POLLIN),
+            feed.source_poll(),
         ];
         sys::poll(&mut fds, timeout).map_err(internal("poll"))?;
         if let Some(watch) = &cpu {
@@ -327,15 +327,11 @@ pub fn run(
                 }
             }
         }
-        if fds[3].revents != 0 {
-            if exited || fds[3].revents & (libc::POLLERR | libc::POLLHUP) != 0 {
-                stdin_w = None;
-            } else if let Some(w) = &stdin_w {
-                write_some(w, &mut stdin_rest);
-                if stdin_rest.is_empty() {
-                    stdin_w = None;
-                }
-            }
+        if exited {
+            feed.stop();
+        } else {
+            feed.on_pipe(fds[3].revents);
+            feed.on_source(fds[5].revents);
         }
         if fds[4].revents != 0 {
             let _ = sys::read(wake_r.as_raw_fd(), &mut buf);
@@ -366,13 +362,147 @@ fn pollfd(fd: Option<std::os::fd::RawFd>, events: libc::c_short) -> libc::pollfd
     }
 }
 
-/// Writes as much of `rest` as the pipe takes without blocking.
-fn write_some(fd: &OwnedFd, rest: &mut &[u8]) {
-    while !rest.is_empty() {
-        match sys::write(fd.as_raw_fd(), rest) {
-            Ok(n) => *rest = &rest[n..],
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+/// What the tool reads on its standard input: `bytes` first, then `stream` until its end
+/// of file.
+#[derive(Debug, Default)]
+pub struct Input<'a> {
+    /// Bytes written first (the caps' stdin), held by the caller.
+    pub bytes: &'a [u8],
+    /// A stream read after the bytes, at most [`STDIN_BUFFER`] bytes ahead of the tool. The
+    /// run switches it to non-blocking until it ends, then restores it and closes it.
+    pub stream: Option<OwnedFd>,
+}
+
+/// Feeds the tool's stdin pipe (non-blocking) from the caps' bytes, then from the stream,
+/// reading the stream only when everything read before went into the pipe: back-pressure
+/// with at most [`STDIN_BUFFER`] bytes held here.
+struct StdinFeed<'a> {
+    pipe: Option<OwnedFd>,
+    bytes: &'a [u8],
+    source: Option<sys::NonBlocking>,
+    buf: Vec<u8>,
+    /// Unwritten bytes are `buf[start..]`.
+    start: usize,
+}
+
+impl<'a> StdinFeed<'a> {
+    fn new(pipe: OwnedFd, input: Input<'a>) -> Result<Self> {
+        let source = match input.stream {
+            Some(fd) => Some(
+                sys::NonBlocking::new(fd)
+                    .map_err(|e| Error::invalid(format!("the stdin stream cannot be read: {e}")))?,
+            ),
+            None => None,
+        };
+        let mut feed = StdinFeed {
+            pipe: Some(pipe),
+            bytes: input.bytes,
+            buf: Vec::with_capacity(if source.is_some() { STDIN_BUFFER } else { 0 }),
+            source,
+            start: 0,
+        };
+        feed.close_when_done();
+        Ok(feed)
+    }
+
+    fn pending(&self) -> bool {
+        !self.bytes.is_empty() || self.start < self.buf.len()
+    }
+
+    /// The pipe, watched for room while bytes are pending; otherwise only for its reader
+    /// going away (POLLERR is always reported).
+    fn pipe_poll(&self) -> libc::pollfd {
+        let events = if self.pending() { libc::POLLOUT } else { 0 };
+        pollfd(self.pipe.as_ref().map(AsRawFd::as_raw_fd), events)
+    }
+
+    /// The stream, watched only when everything read from it is in the pipe.
+    fn source_poll(&self) -> libc::pollfd {
+        let fd = self
+            .source
+            .as_ref()
+            .filter(|_| self.pipe.is_some() && !self.pending())
+            .map(AsRawFd::as_raw_fd);
+        pollfd(fd, libc::POLLIN)
+    }
+
+    fn on_pipe(&mut self, revents: libc::c_short) {
+        if revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+            // The tool closed its stdin or is gone: stop reading the stream.
+            self.stop();
+        } else if revents & libc::POLLOUT != 0 {
+            self.pump();
         }
+    }
+
+    fn on_source(&mut self, revents: libc::c_short) {
+        if revents == 0 || self.pending() {
+            return;
+        }
+        let Some(source) = &self.source else { return };
+        self.buf.resize(STDIN_BUFFER, 0);
+        self.start = 0;
+        let read = sys::read(source.as_raw_fd(), &mut self.buf);
+        self.buf.truncate(match read {
+            Ok(n) => n,
+            Err(_) => 0,
+        });
+        match read {
+            Ok(0) => self.source = None,
+            Ok(_) => self.pump(),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the stdin stream failed; ending the tool's input");
+                self.source = None;
+            }
+        }
+        self.close_when_done();
+    }
+
+    /// Writes what is pending until the pipe is full.
+    fn pump(&mut self) {
+        let Some(pipe) = &self.pipe else { return };
+        let fd = pipe.as_raw_fd();
+        loop {
+            let chunk = if !self.bytes.is_empty() {
+                self.bytes
+            } else if self.start < self.buf.len() {
+                &self.buf[self.start..]
+            } else {
+                break;
+            };
+            match sys::write_no_sigpipe(fd, chunk) {
+                Ok(n) if !self.bytes.is_empty() => self.bytes = &self.bytes[n..],
+                Ok(n) => self.start += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                // EPIPE: the tool closed its stdin, which is not an error.
+                Err(_) => {
+                    self.stop();
+                    return;
+                }
+            }
+        }
+        self.close_when_done();
+    }
+
+    /// Closes the tool's stdin once nothing is pending and the stream ended.
+    fn close_when_done(&mut self) {
+        if !self.pending() && self.source.is_none() {
+            self.pipe = None;
+        }
+    }
+
+    /// Stops feeding: closes the pipe, restores and closes the stream.
+    fn stop(&mut self) {
+        self.pipe = None;
+        self.source = None;
+        self.bytes = &[];
+        self.buf = Vec::new();
+        self.start = 0;
     }
 }

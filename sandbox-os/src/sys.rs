@@ -244,6 +244,75 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
 }
 
+/// A descriptor switched to `O_NONBLOCK` for as long as this value lives. Dropping it puts
+/// the flag back as it was (the open file description may be shared, e.g. with a shell's
+/// terminal) and closes the descriptor.
+#[derive(Debug)]
+pub struct NonBlocking {
+    fd: OwnedFd,
+    was_blocking: bool,
+}
+
+impl NonBlocking {
+    /// Sets `O_NONBLOCK` on `fd` unless it is already set.
+    pub fn new(fd: OwnedFd) -> io::Result<Self> {
+        // SAFETY: fcntl on an fd we own; no pointers.
+        let flags = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+        let was_blocking = flags & libc::O_NONBLOCK == 0;
+        if was_blocking {
+            // SAFETY: as above.
+            check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) })?;
+        }
+        Ok(NonBlocking { fd, was_blocking })
+    }
+}
+
+impl AsRawFd for NonBlocking {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl std::os::fd::AsFd for NonBlocking {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.fd)
+    }
+}
+
+impl Drop for NonBlocking {
+    fn drop(&mut self) {
+        if self.was_blocking {
+            // SAFETY: fcntl on an fd we own; no pointers.
+            let flags = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_GETFL) };
+            if flags >= 0 {
+                // SAFETY: as above.
+                unsafe {
+                    libc::fcntl(
+                        self.fd.as_raw_fd(),
+                        libc::F_SETFL,
+                        flags & !libc::O_NONBLOCK,
+                    )
+                };
+            }
+        }
+    }
+}
+
+/// Registers `fd` with the current tokio runtime's reactor for readiness to read, or hands
+/// it back when it cannot be polled (a regular file). Must run inside a runtime.
+pub fn register_readable(
+    fd: NonBlocking,
+) -> Result<tokio::io::unix::AsyncFd<NonBlocking>, NonBlocking> {
+    // SAFETY: `NonBlocking` owns its descriptor, never replaces it and returns the same one
+    // from every `as_raw_fd` call; it stays open until the `AsyncFd` that owns it drops.
+    match unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    } {
+        Ok(fd) => Ok(fd),
+        Err(e) => Err(e.into_parts().0),
+    }
+}
+
 /// Sets `FD_CLOEXEC` on `fd`.
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on an fd we hold; no pointers.
@@ -299,6 +368,46 @@ pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     } else {
         Ok(n as usize)
     }
+}
+
+/// `write` that reports a reader-less pipe as an `EPIPE` error without a `SIGPIPE` reaching
+/// the process (an embedder may not ignore it): SIGPIPE is blocked in this thread around
+/// the write, and one it raised is consumed before unblocking.
+pub fn write_no_sigpipe(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
+    let mut pipe_set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to sigset_t values we own.
+    unsafe {
+        libc::sigemptyset(&mut pipe_set);
+        libc::sigaddset(&mut pipe_set, libc::SIGPIPE);
+    }
+    // SAFETY: valid pointers; changes only this thread's mask.
+    let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &pipe_set, &mut old) } == 0;
+    let already_pending = blocked && {
+        // SAFETY: as above.
+        let mut pending: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::sigpending(&mut pending) };
+        // SAFETY: valid pointer to an initialised set.
+        unsafe { libc::sigismember(&pending, libc::SIGPIPE) == 1 }
+    };
+    let result = write(fd, buf);
+    if blocked {
+        if !already_pending && matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EPIPE)) {
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: valid pointers; consumes the SIGPIPE this write raised (EAGAIN when
+            // SIGPIPE is ignored and none was queued).
+            unsafe { libc::sigtimedwait(&pipe_set, ptr::null_mut(), &zero) };
+        }
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
+    }
+    result
 }
 
 /// `send` with `MSG_NOSIGNAL`, so a dead peer is an `EPIPE` error, never a SIGPIPE.

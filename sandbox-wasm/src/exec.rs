@@ -20,6 +20,7 @@ use crate::program::{Entry, Program};
 use crate::quota::DiskMeter;
 use crate::state::State;
 use crate::ticker::Active;
+use crate::wasi::Stdin;
 
 /// Why the host stopped a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,10 +104,19 @@ pub(crate) fn run(spec: RunSpec<'_>) -> Result<Finished> {
     let limits = &spec.caps.limits;
     let stdout = Capture::new(Stream::Stdout, limits.output.bytes(), spec.ctx.sink.clone());
     let stderr = Capture::new(Stream::Stderr, limits.output.bytes(), spec.ctx.sink.clone());
+    // Taken only now, so a request refused earlier leaves the stream to the caller.
+    let stdin = match &spec.ctx.stdin {
+        Some(source) => {
+            let fd = source.take()?;
+            let bytes = &spec.caps.stdin;
+            Stdin::Stream(spec.executor.enter(|| crate::stdin::streamed(bytes, fd))?)
+        }
+        None => Stdin::Bytes(&spec.caps.stdin),
+    };
     let wasi = crate::wasi::context(
         spec.plan,
         &spec.program.argv,
-        &spec.caps.stdin,
+        stdin,
         &stdout,
         &stderr,
         limits.open_files,

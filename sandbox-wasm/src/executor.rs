@@ -45,6 +45,13 @@ impl Executor {
         })
     }
 
+    /// Runs `f` inside the I/O runtime's context (to register descriptors or spawn tasks on
+    /// it).
+    pub(crate) fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _context = self.runtime.as_ref().map(|rt| rt.handle().enter());
+        f()
+    }
+
     /// Polls `fut` to completion on this thread, parking between wake-ups.
     pub(crate) fn block_on<F: Future>(&self, fut: F) -> F::Output {
         let _context = self.runtime.as_ref().map(|rt| rt.handle().enter());

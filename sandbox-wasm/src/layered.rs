@@ -6,13 +6,15 @@
 //! wasmtime then still meets namespaces, landlock and seccomp; the receipt lists both layers.
 
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use sandbox_core::{
     Access, BackendKind, ByteSize, Caps, Error, ErrorKind, ExitStatus, Mount, OutputSink, Receipt,
-    ResourceUsage, Result, RunContext, RunOutput, Stream, Strictness, SystemDirs, Tool,
+    ResourceUsage, Result, RunContext, RunOutput, StdinSource, Stream, Strictness, SystemDirs,
+    Tool,
 };
 use serde::{Deserialize, Serialize};
 
@@ -203,10 +205,13 @@ pub(crate) fn run(
         user: ctx.sink.clone(),
         state: Mutex::default(),
     });
+    // The guest's stdin after the header: the caps' bytes, then the caller's stream, which
+    // the outer backend streams into the host's stdin pipe.
     let outer_ctx = RunContext {
         strictness: ctx.strictness,
         cancel: ctx.cancel.clone(),
         sink: Some(demux.clone()),
+        stdin: ctx.stdin.clone(),
     };
     let tool = Tool::Command {
         argv: vec![host_guest.display().to_string()],
@@ -330,7 +335,8 @@ impl OutputSink for FrameWriter {
     }
 }
 
-fn read_request(input: &mut impl Read) -> std::result::Result<(HostRequest, Vec<u8>), String> {
+/// Reads the request header, exactly: what follows it is the guest's stdin.
+fn read_request(input: &mut impl Read) -> std::result::Result<HostRequest, String> {
     let mut len = [0u8; 4];
     input
         .read_exact(&mut len)
@@ -351,14 +357,11 @@ fn read_request(input: &mut impl Read) -> std::result::Result<(HostRequest, Vec<
             request.version
         ));
     }
-    let mut stdin = Vec::new();
-    input
-        .read_to_end(&mut stdin)
-        .map_err(|e| format!("cannot read the guest's stdin: {e}"))?;
-    Ok((request, stdin))
+    Ok(request)
 }
 
-fn host_run(request: HostRequest, stdin: Vec<u8>) -> Result<RunOutput> {
+/// Runs the request, streaming `stdin` (the rest of the host's stdin) to the guest.
+fn host_run(request: HostRequest, stdin: OwnedFd) -> Result<RunOutput> {
     let config = WasmConfig {
         cache_dir: None,
         interpreter_dir: None,
@@ -371,7 +374,8 @@ fn host_run(request: HostRequest, stdin: Vec<u8>) -> Result<RunOutput> {
     let backend = WasmBackend::with_config(config)?;
     let inner = &backend.inner;
     let mut caps = request.caps;
-    caps.stdin = stdin;
+    caps.stdin = Vec::new();
+    let ctx = host_context(request.strictness, stdin);
     let plan = plan::plan(&caps, request.strictness)?;
     let prepared = match crate::cache::load_precompiled(&request.program.module, &inner.linkers) {
         Ok(p) => p,
@@ -381,23 +385,18 @@ fn host_run(request: HostRequest, stdin: Vec<u8>) -> Result<RunOutput> {
                 module: request.source.clone(),
                 ..request.program.clone()
             };
-            return inner.run_here(&source, &plan, &caps, &host_context(request.strictness));
+            return inner.run_here(&source, &plan, &caps, &ctx);
         }
     };
-    inner.run_prepared(
-        &prepared,
-        &request.program,
-        &plan,
-        &caps,
-        &host_context(request.strictness),
-    )
+    inner.run_prepared(&prepared, &request.program, &plan, &caps, &ctx)
 }
 
-fn host_context(strictness: Strictness) -> RunContext {
+fn host_context(strictness: Strictness, stdin: OwnedFd) -> RunContext {
     RunContext {
         strictness,
         cancel: sandbox_core::CancelToken::new(),
         sink: Some(Arc::new(FrameWriter)),
+        stdin: Some(Arc::new(StdinSource::from_fd(stdin))),
     }
 }
 
@@ -405,8 +404,15 @@ fn host_context(strictness: Strictness) -> RunContext {
 /// writes frames to stdout, and returns the process exit code (0 when a result frame was
 /// written). Not meant to be run by hand.
 pub fn host_main() -> i32 {
-    let result = match read_request(&mut std::io::stdin().lock()) {
-        Ok((request, stdin)) => match host_run(request, stdin) {
+    // Unbuffered, so nothing past the header is consumed here.
+    let request = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| format!("cannot duplicate stdin: {e}"))
+        .map(std::fs::File::from)
+        .and_then(|mut stdin| Ok((read_request(&mut stdin)?, stdin)));
+    let result = match request {
+        Ok((request, stdin)) => match host_run(request, stdin.into()) {
             Ok(out) => HostResult::Ran {
                 status: out.status,
                 stdout_truncated: out.stdout_truncated,

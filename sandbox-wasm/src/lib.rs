@@ -9,7 +9,7 @@
 //! | `mounts` | WASI preopened directories at the guest paths; read-only mounts refuse every mutation. A mount must be a directory. Nothing else of the host is visible (no system directories: modules need none). |
 //! | `env` | exactly the listed variables; the host environment is never inherited |
 //! | `net` | `none`: no sockets. `allow`: TCP connect to IP-address rules only (host-name rules are unenforceable here). `host`: unrestricted WASI sockets, listed as a gap. |
-//! | `stdin` | the bytes given, then end of file |
+//! | `stdin` | the bytes given, then the context's stream ([`sandbox_core::StdinSource`]) read asynchronously with bounded buffering (at most [`sandbox_core::STDIN_BUFFER`] in flight), then end of file; a guest blocked on it is still cut by the deadline |
 //! | `workdir` | the component's initial directory; must be inside a mount |
 //! | `limits.timeout` | epoch interruption every tick plus an async deadline that also cuts blocking WASI calls |
 //! | `limits.cpu_time` | the running thread's CPU clock, checked every tick |
@@ -54,6 +54,7 @@ mod quota;
 mod receipt;
 mod script;
 mod state;
+mod stdin;
 mod ticker;
 mod wasi;
 

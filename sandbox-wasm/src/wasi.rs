@@ -1,11 +1,12 @@
 //! Builds the WASI context of one run from its plan: arguments, explicit environment,
-//! preopens with their permissions, stdin from the caps, captured stdout and stderr, and the
-//! socket policy. Nothing of the host is inherited.
+//! preopens with their permissions, stdin (the caps' bytes, then the context's stream),
+//! captured stdout and stderr, and the socket policy. Nothing of the host is inherited.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use sandbox_core::{Access, Error, Result};
+use wasmtime_wasi::cli::AsyncStdinStream;
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::sockets::SocketAddrUse;
@@ -17,21 +18,30 @@ use crate::plan::{NetPlan, Plan};
 /// Resource-table entries reserved beyond `open_files` for stdio streams and pollables.
 const TABLE_SLACK: usize = 16;
 
+/// The guest's standard input.
+pub(crate) enum Stdin<'a> {
+    /// These bytes, then end of file.
+    Bytes(&'a [u8]),
+    /// Bytes and a stream, read as the guest asks (see [`crate::stdin`]).
+    Stream(AsyncStdinStream),
+}
+
 /// Builds the context. `args[0]` is the program name the module sees.
 pub(crate) fn context(
     plan: &Plan,
     args: &[String],
-    stdin: &[u8],
+    stdin: Stdin<'_>,
     stdout: &Capture,
     stderr: &Capture,
     open_files: u32,
 ) -> Result<WasiP1Ctx> {
     let mut b = WasiCtxBuilder::new();
-    b.args(args)
-        .envs(&plan.env)
-        .stdin(MemoryInputPipe::new(Bytes::copy_from_slice(stdin)))
-        .stdout(stdout.clone())
-        .stderr(stderr.clone());
+    b.args(args).envs(&plan.env);
+    match stdin {
+        Stdin::Bytes(bytes) => b.stdin(MemoryInputPipe::new(Bytes::copy_from_slice(bytes))),
+        Stdin::Stream(stream) => b.stdin(stream),
+    };
+    b.stdout(stdout.clone()).stderr(stderr.clone());
     for p in &plan.preopens {
         let perms = match p.access {
             Access::ReadWrite => FsPerms::ReadWrite,

@@ -44,6 +44,60 @@ fn stdin_comes_from_the_caps() {
 }
 
 #[test]
+fn stdin_stream_reaches_the_guest_exactly() {
+    let data: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+    let (reader, mut writer) = pipe();
+    let (ctx, _source) = streaming(reader);
+    let expected = [b"prefix|".as_slice(), &data].concat();
+    let producer = std::thread::spawn(move || std::io::Write::write_all(&mut writer, &data));
+    let mut with_prefix = caps().stdin(b"prefix|".to_vec());
+    with_prefix.limits.output = ByteSize::mib(4);
+    let out = backend()
+        .run(&Tool::wasm(probe(), ["stdin"]), &with_prefix, &ctx)
+        .expect("run");
+    producer.join().expect("producer").expect("written");
+    assert_eq!(out.status, ExitStatus::Exited { code: 0 });
+    assert!(out.stdout == expected, "stdout differs from the stream");
+}
+
+#[test]
+fn silent_stdin_stream_cannot_outlive_the_timeout() {
+    let (reader, writer) = pipe();
+    let (ctx, _source) = streaming(reader);
+    let out = backend()
+        .run(
+            &Tool::wasm(probe(), ["stdin"]),
+            &caps().timeout(Duration::from_millis(500)),
+            &ctx,
+        )
+        .expect("run");
+    assert_eq!(out.limit(), Some(LimitKind::Wall), "{}", out.status);
+    drop(writer);
+}
+
+#[test]
+fn endless_stdin_stream_is_held_back_and_closed_after_the_run() {
+    let (reader, writer) = pipe();
+    let (ctx, source) = streaming(reader);
+    let producer = endless_producer(writer);
+    let out = backend()
+        .run(
+            &Tool::wasm(probe(), ["sleep", "100"]),
+            &caps().timeout(Duration::from_millis(500)),
+            &ctx,
+        )
+        .expect("run");
+    assert_eq!(out.limit(), Some(LimitKind::Wall), "{}", out.status);
+    assert!(source.is_taken());
+    let written = producer.join().expect("producer");
+    eprintln!("the producer got {written} bytes in");
+    assert!(
+        written <= 8 * sandbox_core::STDIN_BUFFER as u64,
+        "{written} bytes taken from a producer the guest never read"
+    );
+}
+
+#[test]
 fn env_is_exactly_the_caps_env() {
     let out = run_probe(&["env"], &caps().env("GREETING", "hi").env("N", "1"));
     assert_eq!(stdout(&out), "GREETING=hi\nN=1\n");

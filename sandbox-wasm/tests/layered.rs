@@ -69,6 +69,36 @@ fn layered_run_maps_mounts_env_and_stdin() {
 }
 
 #[test]
+fn layered_stdin_stream_reaches_the_guest_and_cannot_outlive_the_timeout() {
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+    let (reader, mut writer) = pipe();
+    let (ctx, _source) = streaming(reader);
+    let expected = [b"caps|".as_slice(), &data].concat();
+    let producer = std::thread::spawn(move || std::io::Write::write_all(&mut writer, &data));
+    let mut with_prefix = caps().stdin(b"caps|".to_vec());
+    with_prefix.limits.output = ByteSize::mib(2);
+    let out = layered()
+        .run(&Tool::wasm(probe(), ["stdin"]), &with_prefix, &ctx)
+        .expect("run");
+    producer.join().expect("producer").expect("written");
+    assert_eq!(out.status, ExitStatus::Exited { code: 0 }, "{out:?}");
+    assert!(out.stdout == expected, "stdout differs from the stream");
+
+    // A producer that never writes nor closes.
+    let (reader, writer) = pipe();
+    let (ctx, _source) = streaming(reader);
+    let out = layered()
+        .run(
+            &Tool::wasm(probe(), ["stdin"]),
+            &caps().timeout(Duration::from_millis(500)),
+            &ctx,
+        )
+        .expect("run");
+    assert_eq!(out.limit(), Some(LimitKind::Wall), "{}", out.status);
+    drop(writer);
+}
+
+#[test]
 fn layered_blocks_dotdot_traversal_out_of_preopen() {
     let root = tempfile::tempdir().expect("tempdir");
     let granted = root.path().join("granted");

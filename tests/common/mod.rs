@@ -203,3 +203,19 @@ pub fn run_cgroups_of(pid: u32) -> usize {
     }
     count
 }
+
+/// A pipe (read end, write end), both close-on-exec.
+pub fn pipe() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints.
+    let ret = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(ret, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: pipe2 returned two fresh descriptors that nothing else owns.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    }
+}

@@ -11,8 +11,11 @@
 //! already be in it. The container is always removed: after the run, on error, when the
 //! caller cancels, and on panic (a drop guard). A container whose embedder was SIGKILLed
 //! mid-run is removed by the next Strata process that uses the engine (see [`super::owner`]).
+//! Standard input is streamed over the attach connection with bounded buffering
+//! ([`sandbox_core::StdinSource`]); the timeout and cancellation act while it is open.
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,12 +32,13 @@ use futures_util::StreamExt;
 use sandbox_core::{
     BackendKind, Capability, Caps, ContainerReceipt, ContainerRuntime, ContainerSpec, Error,
     ExitStatus, LimitKind, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput, Stream,
-    Tool,
+    Tool, STDIN_BUFFER,
 };
 use tokio::io::AsyncWriteExt;
 
 use super::image::{self, Format};
 use super::owner::{Owner, OWNER_LABEL};
+use crate::sys;
 
 /// The Docker engine's socket.
 pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
@@ -377,6 +381,62 @@ impl Drop for RemoveOnDrop<'_> {
     }
 }
 
+/// Writes the container's standard input over the attach connection: `bytes`, then the
+/// stream until its end of file, then a half-close. The stream is read [`STDIN_BUFFER`]
+/// bytes at a time, each read waiting until the previous one was written to the engine
+/// (back-pressure from the connection). The run aborts this task when the container ends.
+async fn feed_stdin(
+    mut input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    bytes: Vec<u8>,
+    stream: Option<sys::NonBlocking>,
+) {
+    if input.write_all(&bytes).await.is_err() {
+        return;
+    }
+    drop(bytes);
+    if let Some(stream) = stream {
+        let mut buf = vec![0u8; STDIN_BUFFER];
+        match sys::register_readable(stream) {
+            Ok(fd) => loop {
+                let Ok(mut ready) = fd.readable().await else {
+                    break;
+                };
+                match ready.try_io(|fd| sys::read(fd.as_raw_fd(), &mut buf)) {
+                    Ok(Ok(0)) => break,
+                    Ok(Ok(n)) => {
+                        if input.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "reading the stdin stream failed; ending the container's input");
+                        break;
+                    }
+                    Err(_would_block) => {}
+                }
+            },
+            // Not pollable (a regular file): plain reads, which never wait for a producer.
+            Err(stream) => loop {
+                match sys::read(stream.as_raw_fd(), &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if input.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the stdin stream failed; ending the container's input");
+                        break;
+                    }
+                }
+            },
+        }
+    }
+    let _ = input.shutdown().await;
+}
+
 /// Runs `tool` with `caps` in `container` on its engine runtime.
 pub fn run(
     container: &ContainerSpec,
@@ -431,6 +491,15 @@ async fn run_async(
         .clone()
         .or(engine_image.working_dir.clone())
         .unwrap_or_else(|| "/tmp".to_string());
+    // Taken once the engine and the image are known to be there, so a request refused
+    // before leaves the stream to the caller.
+    let stream = match &ctx.stdin {
+        Some(source) => Some(
+            sys::NonBlocking::new(source.take()?)
+                .map_err(|e| Error::invalid(format!("the stdin stream cannot be read: {e}")))?,
+        ),
+        None => None,
+    };
     let body = ContainerCreateBody {
         image: Some(image_id.clone()),
         cmd: plan.cmd.clone(),
@@ -512,12 +581,7 @@ async fn run_async(
             }
             other => engine_err("start container", other),
         })?;
-    let stdin = caps.stdin.clone();
-    let mut input = attached.input;
-    let feeder = tokio::spawn(async move {
-        let _ = input.write_all(&stdin).await;
-        let _ = input.shutdown().await;
-    });
+    let feeder = tokio::spawn(feed_stdin(attached.input, caps.stdin.clone(), stream));
 
     let cancel = Arc::new(tokio::sync::Notify::new());
     let waker = Arc::clone(&cancel);

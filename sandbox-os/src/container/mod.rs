@@ -36,6 +36,10 @@ pub use cache::Cache;
 /// image cache in [`Cache::default_dir`], the Docker engine at
 /// [`engine::DOCKER_SOCKET`]. Every run needs `caps.container` (an image); a run without
 /// one is an invalid request.
+///
+/// Standard input ([`Caps::stdin`], then [`RunContext::stdin`]) is streamed by both
+/// runtimes with bounded buffering: the native runtime through the process backend, the
+/// engine runtimes over the attach connection ([`engine`]).
 #[derive(Debug)]
 pub struct ContainerBackend {
     process: ProcessBackend,

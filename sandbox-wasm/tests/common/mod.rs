@@ -131,3 +131,33 @@ pub fn require_interpreters() {
         );
     }
 }
+
+/// A pipe (read end, write end), both close-on-exec.
+pub fn pipe() -> (std::fs::File, std::fs::File) {
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("pipe");
+    (r.into(), w.into())
+}
+
+/// A context streaming `reader` to the guest's stdin, and the source (to check it later).
+pub fn streaming(reader: std::fs::File) -> (RunContext, std::sync::Arc<sandbox_core::StdinSource>) {
+    let source = std::sync::Arc::new(sandbox_core::StdinSource::from_fd(reader));
+    let ctx = RunContext {
+        stdin: Some(std::sync::Arc::clone(&source)),
+        ..RunContext::default()
+    };
+    (ctx, source)
+}
+
+/// Writes to the pipe until a write fails (the run closed its end); returns the bytes that
+/// went in.
+pub fn endless_producer(mut writer: std::fs::File) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let chunk = vec![b'y'; 16 * 1024];
+        let mut written = 0u64;
+        while let Ok(n) = writer.write(&chunk) {
+            written += n as u64;
+        }
+        written
+    })
+}
