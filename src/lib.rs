@@ -31,11 +31,11 @@ mod sandbox;
 
 pub use sandbox::{doctor, BackendChoice, Sandbox, SandboxBuilder};
 pub use sandbox_core::{
-    backend, caps, error, output, receipt, size, tool, Access, Backend, BackendKind, BackendReport,
-    ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt, ContainerRuntime,
-    ContainerSpec, Denial, DoctorReport, Enforcement, Error, ErrorKind, ExitStatus, Gap, LimitKind,
-    Limits, Mount, Net, NetRule, OutputSink, Receipt, ResourceUsage, Result, RunContext, RunOutput,
-    ScriptLanguage, Stream, Strictness, SystemDirs, Tool, TrapKind,
+    backend, caps, error, grant, output, receipt, size, tool, Access, Backend, BackendKind,
+    BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,
+    ContainerRuntime, ContainerSpec, Denial, DoctorReport, Enforcement, Error, ErrorKind,
+    ExitStatus, Gap, LimitKind, Limits, Mount, Net, NetRule, OutputSink, Receipt, ResourceUsage,
+    Result, RunContext, RunOutput, ScriptLanguage, Stream, Strictness, SystemDirs, Tool, TrapKind,
 };
 
 /// The process backend crate, for embedders that need its lower-level API.
