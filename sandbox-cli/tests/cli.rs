@@ -152,7 +152,7 @@ fn bad_arguments_exit_2_with_one_line_and_run_nothing() {
         vec![
             "run",
             "--ro",
-            "relative/path",
+            "relative/../path",
             "--rw",
             &rw,
             "--",
