@@ -38,7 +38,7 @@ impl HostLookup for RealHost {
 }
 
 /// What is at `path` on this host, without following a final symlink (`lstat`).
-pub fn entry_kind(path: &Path) -> io::Result<EntryKind> {
+fn entry_kind(path: &Path) -> io::Result<EntryKind> {
     let kind = std::fs::symlink_metadata(path)?.file_type();
     Ok(if kind.is_symlink() {
         EntryKind::Symlink
@@ -122,11 +122,13 @@ pub(crate) fn grant_mounts(
     if let Some(err) = found.refusal(&grant.resolved) {
         return Err(err);
     }
+    // Inside another, deeper grant of the caller, the path shows that grant's content (and
+    // that grant gets its own protection); a deeper grant further down changes nothing.
     let covered = |target: &Path| {
         caps.mounts.iter().any(|other| {
             other.guest != mount.guest
                 && other.guest.starts_with(&mount.guest)
-                && (target.starts_with(&other.guest) || other.guest.starts_with(target))
+                && target.starts_with(&other.guest)
         })
     };
     let pins = found.pins.iter().map(|rel| (rel, true, MountRole::Pin));
@@ -519,6 +521,10 @@ mod tests {
         assert_eq!(
             hooks,
             [("/ws/.git/hooks".to_string(), MountRole::Grant, true)]
+        );
+        assert!(
+            roles(&spec).contains(&("/ws/.git".to_string(), MountRole::Pin, true)),
+            ".git stays pinned so it cannot be renamed aside"
         );
     }
 
