@@ -320,3 +320,56 @@ fn engine_runs_on_gvisor_runsc() {
     );
     assert!(receipt.has(Capability::Syscalls, "gVisor"), "{receipt}");
 }
+
+#[test]
+fn engine_grant_does_not_follow_a_planted_symlink() {
+    let _serial = serial();
+    let images = engine_images();
+    let secret = tempdir();
+    std::fs::write(secret.path().join("secret.txt"), "secret").expect("write");
+    let ws = tempdir();
+    let src = ws.path().join("src");
+    std::os::unix::fs::symlink(secret.path(), &src).expect("symlink");
+    let err = sandbox()
+        .run(
+            &sh("cat /src/secret.txt"),
+            &caps(&images.busybox_archive(), DOCKER).mount(&src, "/src", strata::Access::ReadOnly),
+        )
+        .expect_err("planted symlink");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("{} is a symlink", src.display())),
+        "{err}"
+    );
+    assert!(leftover_containers().is_empty(), "nothing was created");
+}
+
+#[test]
+fn engine_git_hook_and_envrc_in_rw_grant_cannot_be_written() {
+    let _serial = serial();
+    let images = engine_images();
+    let repo = Repo::new();
+    let caps = caps(&images.busybox_archive(), DOCKER).mount(
+        repo.dir.path(),
+        "/ws",
+        strata::Access::ReadWrite,
+    );
+    let out = run(&sh(REPO_ATTACKS), &caps);
+    assert_repo_attacks_denied(&ok_stdout(&out));
+    repo.assert_untouched();
+    assert_eq!(
+        std::fs::read_to_string(repo.dir.path().join("src/main.rs")).expect("src"),
+        "edited\n"
+    );
+    let receipt = out.receipt.to_string();
+    assert!(
+        receipt
+            .contains("host-executed paths read-only: /ws/.envrc, /ws/.git/config, /ws/.git/hooks"),
+        "{receipt}"
+    );
+    assert!(
+        receipt.contains(&format!("/ws={} (rw)", repo.dir.path().display())),
+        "the resolved source: {receipt}"
+    );
+}

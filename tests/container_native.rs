@@ -233,3 +233,47 @@ fn process_backend_refuses_caps_with_an_image() {
         .expect_err("process backend must not ignore an image");
     assert_eq!(err.kind(), ErrorKind::InvalidRequest);
 }
+
+#[test]
+fn native_grant_does_not_follow_a_planted_symlink() {
+    let secret = tempdir();
+    std::fs::write(secret.path().join("secret.txt"), "secret").expect("write");
+    let ws = tempdir();
+    let src = ws.path().join("src");
+    std::os::unix::fs::symlink(secret.path(), &src).expect("symlink");
+    let err = sandbox()
+        .run(
+            &sh(&format!("cat {}/secret.txt", src.display())),
+            &caps(&images().busybox_oci(), NATIVE).read_only(&src),
+        )
+        .expect_err("planted symlink");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("{} is a symlink", src.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn native_git_hook_and_envrc_in_rw_grant_cannot_be_written() {
+    let repo = Repo::new();
+    let caps = caps(&images().busybox_oci(), NATIVE).mount(
+        repo.dir.path(),
+        "/ws",
+        strata::Access::ReadWrite,
+    );
+    let out = run(&sh(REPO_ATTACKS), &caps);
+    assert_repo_attacks_denied(&ok_stdout(&out));
+    repo.assert_untouched();
+    assert_eq!(
+        std::fs::read_to_string(repo.dir.path().join("src/main.rs")).expect("src"),
+        "edited\n"
+    );
+    let receipt = out.receipt.to_string();
+    assert!(
+        receipt
+            .contains("host-executed paths read-only: /ws/.envrc, /ws/.git/config, /ws/.git/hooks"),
+        "{receipt}"
+    );
+}

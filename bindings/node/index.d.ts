@@ -159,12 +159,21 @@ export type Net = 'none' | 'host' | `allow:${string}` | readonly NetRule[] | { a
 
 /** A host path made visible in the sandbox. */
 export interface Mount {
-  /** Absolute host path (file or directory). */
+  /**
+   * Absolute host path (file or directory). A symlink in any of its components refuses the
+   * run ({@link InvalidRequestError}) unless `followSymlinks` is set.
+   */
   host: string
   /** Absolute path inside the sandbox. Default: the same as `host`. */
   guest?: string
   /** `'ro'` (default) or `'rw'`. */
   access?: 'ro' | 'rw'
+  /**
+   * Follow symlinks in `host` and mount what they lead to (the receipt names it). Default
+   * `false`: a symlink, perhaps planted by an earlier run, refuses the grant instead of
+   * redirecting it.
+   */
+  followSymlinks?: boolean
 }
 
 /**
@@ -175,10 +184,20 @@ export interface Mount {
 export interface Caps {
   /** Host paths visible read-only at the same path. Default: none. */
   readOnly?: string | readonly string[]
-  /** Host paths visible read-write at the same path. Default: none. */
+  /**
+   * Host paths visible read-write at the same path. Default: none. Existing host-executed
+   * paths inside them stay read-only (see `protectHostExecuted`).
+   */
   readWrite?: string | readonly string[]
-  /** Mounts with a different sandbox path or explicit access. Default: none. */
+  /** Mounts with a different sandbox path, explicit access or `followSymlinks`. Default: none. */
   mounts?: readonly Mount[]
+  /**
+   * Keep existing host-executed paths inside read-write grants (`.git/hooks`, `.git/config`,
+   * `.envrc`, `.vscode`, shell start-up files, ...) read-only, so a tool cannot plant code
+   * the host runs later. Default `true`; `false` lets the tool write them (loud opt-out).
+   * A tool can still create such a path where none existed.
+   */
+  protectHostExecuted?: boolean
   /**
    * Read-only system directories. Default `'runtime'` (`/usr`, `/bin`, `/sbin`, `/lib*`,
    * `/etc/ld.so.cache`, `/etc/alternatives`); `'none'` for static binaries.

@@ -1,12 +1,12 @@
 //! Command-line arguments (the contract in DESIGN.md) and their translation to caps.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use strata::{
-    Access, BackendChoice, ByteSize, Caps, ContainerRuntime, Error, Net, Result, ScriptLanguage,
-    Strictness, Tool,
+    grant, Access, BackendChoice, ByteSize, Caps, ContainerRuntime, Error, Mount, Net, Result,
+    ScriptLanguage, Strictness, Tool,
 };
 
 /// Run AI-agent tools in sandboxes.
@@ -34,12 +34,27 @@ pub struct RunArgs {
     /// auto, process, container, wasm or microvm.
     #[arg(long, default_value = "auto")]
     pub backend: String,
-    /// Grant read-only access to HOST, at GUEST inside (default: the same path).
+    /// Grant read-only access to HOST, at GUEST inside (default: the same path). A relative
+    /// HOST is taken from the current directory (without resolving '..', which is refused).
+    /// A HOST with a symlink in any component is refused (see --ro-follow).
     #[arg(long = "ro", value_name = "HOST[:GUEST]")]
     pub read_only: Vec<String>,
-    /// Grant read-write access to HOST, at GUEST inside (default: the same path).
+    /// Grant read-write access to HOST, at GUEST inside (default: the same path). Existing
+    /// host-executed paths inside it (.git/hooks, .git/config, .envrc, .vscode, ...) stay
+    /// read-only (see --allow-host-executed-writes). Symlinks are refused as for --ro.
     #[arg(long = "rw", value_name = "HOST[:GUEST]")]
     pub read_write: Vec<String>,
+    /// Like --ro, but follow symlinks in HOST and grant what they lead to (the receipt
+    /// names it). Without it a symlink, perhaps planted by an earlier run, refuses the grant.
+    #[arg(long = "ro-follow", value_name = "HOST[:GUEST]")]
+    pub read_only_follow: Vec<String>,
+    /// Like --rw, but follow symlinks in HOST.
+    #[arg(long = "rw-follow", value_name = "HOST[:GUEST]")]
+    pub read_write_follow: Vec<String>,
+    /// Let the tool write the host-executed paths inside --rw grants (git hooks and config,
+    /// .envrc, editor and CI files, shell start-up files), which the host may run later.
+    #[arg(long = "allow-host-executed-writes")]
+    pub allow_host_executed_writes: bool,
     /// Working directory inside the sandbox (default /tmp).
     #[arg(long)]
     pub workdir: Option<PathBuf>,
@@ -115,11 +130,21 @@ pub struct Request {
     pub raw_output: bool,
 }
 
-fn mount_arg(spec: &str) -> (PathBuf, PathBuf) {
-    match spec.split_once(':') {
-        Some((host, guest)) if !guest.is_empty() => (host.into(), guest.into()),
-        _ => (spec.into(), spec.into()),
-    }
+/// A `HOST[:GUEST]` argument as a mount: HOST made absolute against `cwd` (lexically), and
+/// GUEST defaulting to that absolute HOST.
+fn mount_arg(spec: &str, cwd: &Path, access: Access, follow: bool) -> Result<Mount> {
+    let (host, guest) = match spec.split_once(':') {
+        Some((host, guest)) if !guest.is_empty() => (host, Some(guest)),
+        _ => (spec, None),
+    };
+    let host = grant::absolute(Path::new(host), cwd)?;
+    let guest = guest.map_or_else(|| host.clone(), PathBuf::from);
+    let mount = Mount::new(host, guest, access);
+    Ok(if follow {
+        mount.follow_symlinks()
+    } else {
+        mount
+    })
 }
 
 fn size(flag: &str, value: &str) -> Result<ByteSize> {
@@ -157,13 +182,26 @@ impl RunArgs {
             }
         }
         let mut caps = Caps::new();
-        for spec in &self.read_only {
-            let (host, guest) = mount_arg(spec);
-            caps = caps.mount(host, guest, Access::ReadOnly);
+        let grants = [
+            (&self.read_only, Access::ReadOnly, false),
+            (&self.read_write, Access::ReadWrite, false),
+            (&self.read_only_follow, Access::ReadOnly, true),
+            (&self.read_write_follow, Access::ReadWrite, true),
+        ];
+        if grants.iter().any(|(specs, _, _)| !specs.is_empty()) {
+            let cwd = std::env::current_dir().map_err(|e| {
+                Error::invalid(format!(
+                    "cannot read the current directory to resolve mount paths: {e}"
+                ))
+            })?;
+            for (specs, access, follow) in grants {
+                for spec in specs {
+                    caps = caps.with_mount(mount_arg(spec, &cwd, access, follow)?);
+                }
+            }
         }
-        for spec in &self.read_write {
-            let (host, guest) = mount_arg(spec);
-            caps = caps.mount(host, guest, Access::ReadWrite);
+        if self.allow_host_executed_writes {
+            caps = caps.allow_host_executed_writes();
         }
         if let Some(workdir) = self.workdir {
             caps = caps.workdir(workdir);

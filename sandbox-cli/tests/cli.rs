@@ -162,7 +162,7 @@ fn bad_arguments_exit_2_with_one_line_and_run_nothing() {
         vec![
             "run",
             "--ro",
-            "relative/path",
+            "relative/../path",
             "--rw",
             &rw,
             "--",
@@ -450,6 +450,106 @@ fn title_change_is_neutralised_on_a_terminal() {
     );
 }
 
+fn strata_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .output()
+        .expect("run strata")
+}
+
+#[test]
+fn relative_grant_is_made_absolute_against_the_current_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("data")).expect("mkdir");
+    std::fs::write(dir.path().join("data/f.txt"), "relative").expect("write");
+    let abs = dir.path().join("data");
+    let file = abs.join("f.txt").display().to_string();
+    let out = strata_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "process",
+            "--json",
+            "--ro",
+            "./data/",
+            "--",
+            "cat",
+            &file,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(value["stdout"], "relative");
+    assert!(
+        value["receipt"]
+            .to_string()
+            .contains(&format!("{abs}={abs}", abs = abs.display())),
+        "{}",
+        value["receipt"]
+    );
+    let out = strata_in(dir.path(), &["run", "--ro", "data/../..", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("'..'"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn planted_symlink_grant_exits_2_and_ro_follow_opts_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).expect("mkdir");
+    std::fs::write(real.join("f.txt"), "through the link").expect("write");
+    std::os::unix::fs::symlink("real", dir.path().join("src")).expect("symlink");
+    let cat = dir.path().join("src/f.txt").display().to_string();
+    let out = strata_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "process",
+            "--ro",
+            "src",
+            "--",
+            "cat",
+            &cat,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("is a symlink") && err.contains("--ro-follow"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    let out = strata_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "process",
+            "--json",
+            "--ro-follow",
+            "src",
+            "--",
+            "cat",
+            &cat,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(value["stdout"], "through the link");
+    assert!(
+        value["receipt"]
+            .to_string()
+            .contains("symlinks followed from"),
+        "{}",
+        value["receipt"]
+    );
+}
+
 #[test]
 fn sgr_colours_pass_on_a_terminal() {
     let screen = strata_on_a_terminal(&[
@@ -489,4 +589,57 @@ fn raw_output_passes_control_sequences() {
 fn output_to_a_pipe_is_unchanged() {
     let out = strata(&["run", "--backend", "process", "--", "printf", OSC52]);
     assert_eq!(out.stdout, b"a\x1b]52;c;cm0gLXJmIH4=\x07b");
+}
+
+#[test]
+fn rw_grant_keeps_git_hooks_read_only_unless_allow_host_executed_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hooks = dir.path().join(".git/hooks");
+    std::fs::create_dir_all(&hooks).expect("mkdir");
+    std::fs::write(hooks.join("pre-commit"), "original\n").expect("hook");
+    let write = format!("echo evil > {}/pre-commit", hooks.display());
+    let out = strata_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "process",
+            "--rw",
+            ".",
+            "--",
+            "sh",
+            "-c",
+            &write,
+        ],
+    );
+    assert_ne!(out.status.code(), Some(0), "the write must fail");
+    assert!(
+        text(&out.stderr).contains("Read-only"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("pre-commit")).expect("hook"),
+        "original\n"
+    );
+    let out = strata_in(
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "process",
+            "--rw",
+            ".",
+            "--allow-host-executed-writes",
+            "--",
+            "sh",
+            "-c",
+            &write,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("pre-commit")).expect("hook"),
+        "evil\n"
+    );
 }

@@ -29,8 +29,15 @@ use crate::size::ByteSize;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Caps {
-    /// Host paths made visible inside the sandbox. Default: none.
+    /// Host paths made visible inside the sandbox. Default: none. A host path containing a
+    /// symlink is refused unless its mount says [`Mount::follow_symlinks`].
     pub mounts: Vec<Mount>,
+    /// Existing host-executed paths ([`crate::grant::HOST_EXECUTED`]: `.git/hooks`,
+    /// `.git/config`, `.envrc`, `.vscode`, ...) inside read-write directory grants are bound
+    /// read-only, so a tool cannot plant code the host runs later. Default: `true`. Set
+    /// `false` (loudly: [`Caps::allow_host_executed_writes`]) when the tool must edit them.
+    /// A tool can still create such a path where none existed; see [`crate::grant`].
+    pub protect_host_executed: bool,
     /// Read-only system directories granted so host programs can run.
     /// Default: [`SystemDirs::Runtime`].
     pub system: SystemDirs,
@@ -81,6 +88,7 @@ impl Caps {
     /// | capability | default |
     /// |---|---|
     /// | mounts | none |
+    /// | protect_host_executed | `true`: `.git/hooks`, `.envrc`, ... in read-write grants stay read-only |
     /// | system | [`SystemDirs::Runtime`]: `/usr`, `/bin`, `/sbin`, `/lib*`, `/etc/ld.so.cache`, `/etc/alternatives`, read-only |
     /// | env | empty (backends add `PATH`, `HOME=/tmp`, `LANG=C.UTF-8` when unset) |
     /// | net | [`Net::None`] |
@@ -92,6 +100,7 @@ impl Caps {
     pub fn new() -> Self {
         Caps {
             mounts: Vec::new(),
+            protect_host_executed: true,
             system: SystemDirs::Runtime,
             env: BTreeMap::new(),
             net: Net::None,
@@ -133,6 +142,20 @@ impl Caps {
     ) -> Self {
         self.mounts
             .push(Mount::new(host.into(), guest.into(), access));
+        self
+    }
+
+    /// Adds `mount` (e.g. one built with [`Mount::follow_symlinks`]).
+    pub fn with_mount(mut self, mount: Mount) -> Self {
+        self.mounts.push(mount);
+        self
+    }
+
+    /// Lets the tool write the host-executed paths ([`crate::grant::HOST_EXECUTED`]) inside
+    /// read-write grants. Loud on purpose: git hooks, `.envrc` and editor tasks written by
+    /// the tool run on the host later, outside any sandbox.
+    pub fn allow_host_executed_writes(mut self) -> Self {
+        self.protect_host_executed = false;
         self
     }
 
@@ -238,22 +261,39 @@ impl Caps {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Mount {
-    /// Absolute host path (file or directory).
+    /// Absolute, normalized host path (file or directory). Backends refuse it when any
+    /// component is a symlink, unless `follow_symlinks` is set.
     pub host: PathBuf,
     /// Absolute path inside the sandbox. Defaults to `host` when omitted in serialized caps.
     pub guest: PathBuf,
     /// Read-only or read-write.
     pub access: Access,
+    /// Follow symlinks in `host` and mount what they point to. Default: `false`, so a
+    /// symlink planted by an earlier run (say `ws/src -> /secret`) refuses the grant
+    /// instead of redirecting it. The receipt names the resolved path either way.
+    #[serde(skip_serializing_if = "is_false")]
+    pub follow_symlinks: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 impl Mount {
-    /// A mount of `host` at `guest`.
+    /// A mount of `host` at `guest` that does not follow symlinks.
     pub fn new(host: PathBuf, guest: PathBuf, access: Access) -> Self {
         Mount {
             host,
             guest,
             access,
+            follow_symlinks: false,
         }
+    }
+
+    /// The same mount, following symlinks in its host path (see [`Mount::follow_symlinks`]).
+    pub fn follow_symlinks(mut self) -> Self {
+        self.follow_symlinks = true;
+        self
     }
 }
 
@@ -266,10 +306,14 @@ impl<'de> Deserialize<'de> for Mount {
             guest: Option<PathBuf>,
             #[serde(default)]
             access: Access,
+            #[serde(default)]
+            follow_symlinks: bool,
         }
         let raw = Raw::deserialize(deserializer)?;
         let guest = raw.guest.unwrap_or_else(|| raw.host.clone());
-        Ok(Mount::new(raw.host, guest, raw.access))
+        let mut mount = Mount::new(raw.host, guest, raw.access);
+        mount.follow_symlinks = raw.follow_symlinks;
+        Ok(mount)
     }
 }
 
@@ -561,8 +605,13 @@ mod tests {
     fn defaults_are_deny_by_default() {
         let caps = Caps::new();
         let limits = &caps.limits;
-        let table: [(&str, String, &str); 19] = [
+        let table: [(&str, String, &str); 20] = [
             ("mounts", format!("{:?}", caps.mounts), "[]"),
+            (
+                "protect_host_executed",
+                caps.protect_host_executed.to_string(),
+                "true",
+            ),
             ("system", format!("{:?}", caps.system), "Runtime"),
             ("env", format!("{:?}", caps.env), "{}"),
             ("net", caps.net.to_string(), "none"),
@@ -631,6 +680,8 @@ mod tests {
         );
         assert_eq!(caps.stdin, b"hi");
         assert_eq!(caps.net.to_string(), "allow:example.com:443,10.0.0.1");
+        assert!(caps.protect_host_executed, "unset means protected");
+        assert!(!caps.mounts[0].follow_symlinks, "unset means not followed");
         let again =
             Caps::from_json(&serde_json::to_string(&caps).expect("serialize")).expect("reparse");
         assert_eq!(again, caps);
@@ -647,6 +698,28 @@ mod tests {
             assert_eq!(err.kind(), crate::ErrorKind::InvalidRequest);
             assert!(err.to_string().contains("unknown field"), "{err}");
         }
+    }
+
+    #[test]
+    fn symlink_following_and_host_executed_protection_are_explicit_opt_ins() {
+        let caps = Caps::from_json(
+            r#"{"mounts":[{"host":"/ws/src","follow_symlinks":true}],"protect_host_executed":false}"#,
+        )
+        .expect("parse");
+        assert!(caps.mounts[0].follow_symlinks);
+        assert!(!caps.protect_host_executed);
+        let again =
+            Caps::from_json(&serde_json::to_string(&caps).expect("serialize")).expect("reparse");
+        assert_eq!(again, caps);
+        let built = Caps::new()
+            .with_mount(Mount::new("/a".into(), "/a".into(), Access::ReadOnly).follow_symlinks())
+            .allow_host_executed_writes();
+        assert!(built.mounts[0].follow_symlinks && !built.protect_host_executed);
+        let plain = serde_json::to_string(&Caps::new().read_only("/a")).expect("serialize");
+        assert!(
+            !plain.contains("follow_symlinks"),
+            "the default is not written out: {plain}"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod caps;
 pub mod container;
 pub mod doctor;
 pub mod error;
+pub mod grant;
 pub mod output;
 pub mod receipt;
 pub mod size;
@@ -33,6 +34,9 @@ pub use caps::{Access, Caps, Limits, Mount, Net, NetRule, SystemDirs};
 pub use container::{ContainerReceipt, ContainerRuntime, ContainerSpec};
 pub use doctor::{BackendReport, Check, DoctorReport};
 pub use error::{Error, ErrorKind, Result};
+pub use grant::{
+    EntryKind, HostExecuted, HostExecutedPlan, HostLookup, ResolvedGrant, HOST_EXECUTED,
+};
 pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput, TrapKind};
 pub use receipt::{Capability, Denial, Enforcement, Gap, IdentityReceipt, IdentitySource, Receipt};
 pub use size::ByteSize;

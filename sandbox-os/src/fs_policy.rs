@@ -3,6 +3,15 @@
 //! The mount namespace already decides what exists; landlock is the second, independent
 //! wall: even a tool that escaped the mount namespace could only use these paths, with
 //! these rights. Rules are built by a pure function ([`rules`]) and enforced by [`enforce`].
+//!
+//! What landlock cannot do: take a right away beneath a path that has it. Rights are the
+//! union of the rules on a path and all its parents, so a host-executed path inside a
+//! writable grant (`/ws/.git/hooks`) keeps the grant's write rights as far as landlock is
+//! concerned. Those paths are protected by the mount layer alone: a read-only bind over
+//! them (`EROFS` for write, truncate, chmod, create and delete inside) that is itself a
+//! mount point (`EBUSY` for renaming, replacing or removing it), with every directory
+//! between it and the grant's root pinned the same way (so `.git` cannot be renamed
+//! aside and rebuilt). [`rules`] adds no rule for them, so nothing re-grants anything.
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +20,7 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
-use crate::protocol::Spec;
+use crate::protocol::{MountRole, Spec};
 
 /// The landlock ABI whose rights Strata asks for. Newer kernels enforce all of them;
 /// older ones enforce a subset and the receipt says "partially enforced".
@@ -117,7 +126,10 @@ pub fn rules(spec: &Spec) -> Vec<Rule> {
             });
         }
     }
-    for mount in &spec.mounts {
+    for mount in spec.mounts.iter().filter(|m| {
+        // Inside a grant that already has its rule; landlock could not narrow it anyway.
+        !matches!(m.role, MountRole::HostExecuted | MountRole::Pin)
+    }) {
         let grant = match (mount.writable, mount.exec) {
             (true, true) => Grant::ReadWriteExec,
             (true, false) => Grant::ReadWrite,
@@ -194,6 +206,8 @@ mod tests {
                     writable: false,
                     is_dir: true,
                     exec: true,
+                    role: MountRole::System,
+                    followed_from: None,
                 },
                 MountSpec {
                     source: "/home/u/out".into(),
@@ -201,6 +215,17 @@ mod tests {
                     writable: true,
                     is_dir: true,
                     exec: true,
+                    role: MountRole::Grant,
+                    followed_from: None,
+                },
+                MountSpec {
+                    source: "/home/u/out/.git/hooks".into(),
+                    target: "/out/.git/hooks".into(),
+                    writable: false,
+                    is_dir: true,
+                    exec: true,
+                    role: MountRole::HostExecuted,
+                    followed_from: None,
                 },
             ],
             files: vec![],
@@ -243,5 +268,10 @@ mod tests {
         assert!(!Grant::ReadWrite.access().contains(AccessFs::Execute));
         assert!(!Grant::ReadWriteExec.access().contains(AccessFs::MakeChar));
         assert!(!Grant::Read.access().contains(AccessFs::Execute));
+        assert_eq!(
+            grant_of("/out/.git/hooks"),
+            None,
+            "no rule (and so no extra right) for a read-only bind inside a grant"
+        );
     }
 }

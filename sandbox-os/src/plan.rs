@@ -6,14 +6,16 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use sandbox_core::grant::{self, EntryKind, HostLookup};
 use sandbox_core::{Access, Caps, Error, Result, ScriptLanguage, Tool};
 
-use crate::protocol::{Command, FileSpec, LinkSpec, MountSpec, NetMode, Rlimit, RlimitSpec, Spec};
+use crate::protocol::{
+    Command, FileSpec, LinkSpec, MountRole, MountSpec, NetMode, Rlimit, RlimitSpec, Spec,
+};
 
-/// The host file-system facts planning needs.
-pub trait HostView {
-    /// `realpath(path)`.
-    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf>;
+/// The host file-system facts planning needs: [`HostLookup`] for the caller's grants
+/// (resolved without following symlinks), and these for the system directories.
+pub trait HostView: HostLookup {
     /// Whether the (canonical) path is a directory.
     fn is_dir(&self, path: &Path) -> io::Result<bool>;
     /// The target of `path` when it is a symlink.
@@ -23,10 +25,33 @@ pub trait HostView {
 /// The real host.
 pub struct RealHost;
 
-impl HostView for RealHost {
+impl HostLookup for RealHost {
+    fn entry(&self, path: &Path) -> io::Result<EntryKind> {
+        entry_kind(path)
+    }
+    fn link_target(&self, path: &Path) -> io::Result<PathBuf> {
+        std::fs::read_link(path)
+    }
     fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
         std::fs::canonicalize(path)
     }
+}
+
+/// What is at `path` on this host, without following a final symlink (`lstat`).
+fn entry_kind(path: &Path) -> io::Result<EntryKind> {
+    let kind = std::fs::symlink_metadata(path)?.file_type();
+    Ok(if kind.is_symlink() {
+        EntryKind::Symlink
+    } else if kind.is_dir() {
+        EntryKind::Dir
+    } else if kind.is_file() {
+        EntryKind::File
+    } else {
+        EntryKind::Other
+    })
+}
+
+impl HostView for RealHost {
     fn is_dir(&self, path: &Path) -> io::Result<bool> {
         std::fs::metadata(path).map(|m| m.is_dir())
     }
@@ -69,6 +94,68 @@ pub fn script_argv(language: ScriptLanguage, source: &str) -> Vec<String> {
 
 /// Default `PATH` inside the sandbox.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+
+/// The mounts of one caller's grant: the grant itself at its resolved host path (refused
+/// when its host path holds a symlink and the grant does not follow symlinks), and, for a
+/// writable directory, its existing host-executed paths bound read-only with their parent
+/// directories pinned (unless the caps opt out). Entries that another, deeper grant of the
+/// caller covers are left to that grant. Shared by the process sandbox and the container
+/// engine runtimes.
+pub(crate) fn grant_mounts(
+    mount: &sandbox_core::Mount,
+    caps: &Caps,
+    host: &dyn HostView,
+    mounts: &mut Vec<MountSpec>,
+) -> Result<()> {
+    let grant = grant::resolve(mount, host)?;
+    let writable = mount.access == Access::ReadWrite;
+    mounts.push(MountSpec {
+        source: grant.resolved.clone(),
+        target: mount.guest.clone(),
+        writable,
+        is_dir: grant.is_dir,
+        exec: true,
+        role: MountRole::Grant,
+        followed_from: grant.followed_symlinks.then(|| grant.requested.clone()),
+    });
+    if !(writable && grant.is_dir && caps.protect_host_executed) {
+        return Ok(());
+    }
+    let found = grant::host_executed(&grant.resolved, host);
+    if let Some(err) = found.refusal(&grant.resolved) {
+        return Err(err);
+    }
+    // Inside another, deeper grant of the caller, the path shows that grant's content (and
+    // that grant gets its own protection); a deeper grant further down changes nothing.
+    let covered = |target: &Path| {
+        caps.mounts.iter().any(|other| {
+            other.guest != mount.guest
+                && other.guest.starts_with(&mount.guest)
+                && target.starts_with(&other.guest)
+        })
+    };
+    let pins = found.pins.iter().map(|rel| (rel, true, MountRole::Pin));
+    let read_only = found
+        .read_only
+        .iter()
+        .map(|(rel, is_dir)| (rel, *is_dir, MountRole::HostExecuted));
+    for (rel, is_dir, role) in pins.chain(read_only) {
+        let target = mount.guest.join(rel);
+        if covered(&target) {
+            continue;
+        }
+        mounts.push(MountSpec {
+            source: grant.resolved.join(rel),
+            target,
+            writable: role == MountRole::Pin,
+            is_dir,
+            exec: true,
+            role,
+            followed_from: None,
+        });
+    }
+    Ok(())
+}
 
 /// Builds the sandbox's shape and the command to run in it. Refuses (with
 /// `InvalidRequest`) anything no sandbox could honour: missing mount sources, a
@@ -132,29 +219,14 @@ pub fn plan(
             writable: false,
             is_dir,
             exec: true,
+            role: MountRole::System,
+            followed_from: None,
         });
     }
     for mount in &caps.mounts {
-        let source = host.canonicalize(&mount.host).map_err(|e| {
-            Error::invalid(format!(
-                "mount source {} is not accessible: {e}",
-                mount.host.display()
-            ))
-        })?;
-        let is_dir = host.is_dir(&source).map_err(|e| {
-            Error::invalid(format!(
-                "mount source {} is not accessible: {e}",
-                mount.host.display()
-            ))
-        })?;
-        mounts.push(MountSpec {
-            source,
-            target: mount.guest.clone(),
-            writable: mount.access == Access::ReadWrite,
-            is_dir,
-            exec: true,
-        });
+        grant_mounts(mount, caps, host, &mut mounts)?;
     }
+    // Stable: a grant's pins and read-only entries follow it at equal depth.
     mounts.sort_by_key(|m| m.target.components().count());
 
     let workdir = caps.effective_workdir().to_path_buf();
@@ -306,15 +378,42 @@ mod tests {
         }
     }
 
-    impl HostView for FakeHost {
+    impl HostLookup for FakeHost {
+        fn entry(&self, path: &Path) -> io::Result<EntryKind> {
+            let p = path.to_str().unwrap_or_default();
+            if self.links.contains_key(p) {
+                Ok(EntryKind::Symlink)
+            } else if self.dirs.contains(&p)
+                || self.dirs.iter().any(|d| Path::new(d).starts_with(path))
+                || self
+                    .files
+                    .iter()
+                    .any(|f| Path::new(f).parent() == Some(path))
+            {
+                Ok(EntryKind::Dir)
+            } else if self.files.contains(&p) {
+                Ok(EntryKind::File)
+            } else {
+                Err(io::Error::from_raw_os_error(libc::ENOENT))
+            }
+        }
+        fn link_target(&self, path: &Path) -> io::Result<PathBuf> {
+            self.symlink_target(path)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+        }
         fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
             let p = path.to_str().unwrap_or_default();
-            if self.dirs.contains(&p) || self.files.contains(&p) {
+            if let Some(target) = self.links.get(p).filter(|t| t.starts_with('/')) {
+                Ok(PathBuf::from(target))
+            } else if self.dirs.contains(&p) || self.files.contains(&p) {
                 Ok(path.to_path_buf())
             } else {
                 Err(io::Error::from_raw_os_error(libc::ENOENT))
             }
         }
+    }
+
+    impl HostView for FakeHost {
         fn is_dir(&self, path: &Path) -> io::Result<bool> {
             Ok(self.dirs.contains(&path.to_str().unwrap_or_default()))
         }
@@ -359,6 +458,109 @@ mod tests {
             .mounts
             .iter()
             .any(|m| m.target == Path::new("/etc/hostname")));
+    }
+
+    fn roles(spec: &Spec) -> Vec<(String, MountRole, bool)> {
+        spec.mounts
+            .iter()
+            .filter(|m| m.role != MountRole::System)
+            .map(|m| (m.target.display().to_string(), m.role, m.writable))
+            .collect()
+    }
+
+    #[test]
+    fn a_grant_through_a_planted_symlink_is_refused_unless_followed() {
+        let mut host = FakeHost::debian();
+        host.links.insert("/ws/src", "/secret");
+        host.dirs.extend(["/ws", "/secret"]);
+        let caps = Caps::new().read_only("/ws/src");
+        let err = plan(&Tool::command(["true"]), &caps, &facts(), &host).expect_err("symlink");
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest);
+        assert!(err.to_string().contains("/ws/src is a symlink"), "{err}");
+        let followed = sandbox_core::Mount::new("/ws/src".into(), "/src".into(), Access::ReadOnly)
+            .follow_symlinks();
+        let caps = Caps::new().with_mount(followed);
+        let (spec, _command) =
+            plan(&Tool::command(["true"]), &caps, &facts(), &host).expect("followed");
+        let grant = spec
+            .mounts
+            .iter()
+            .find(|m| m.role == MountRole::Grant)
+            .expect("grant");
+        assert_eq!(grant.source, Path::new("/secret"));
+        assert_eq!(grant.followed_from.as_deref(), Some(Path::new("/ws/src")));
+    }
+
+    #[test]
+    fn host_executed_paths_of_a_writable_grant_are_bound_read_only_after_their_pins() {
+        let mut host = FakeHost::debian();
+        host.dirs.extend(["/ws", "/ws/.git/hooks", "/ws/src"]);
+        host.files
+            .extend(["/ws/.git/config", "/ws/.envrc", "/ws/src/main.rs"]);
+        let tool = Tool::command(["true"]);
+        let (spec, _command) =
+            plan(&tool, &Caps::new().read_write("/ws"), &facts(), &host).expect("plan");
+        let expected = [
+            ("/ws", MountRole::Grant, true),
+            ("/ws/.git", MountRole::Pin, true),
+            ("/ws/.envrc", MountRole::HostExecuted, false),
+            ("/ws/.git/config", MountRole::HostExecuted, false),
+            ("/ws/.git/hooks", MountRole::HostExecuted, false),
+        ];
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|(t, r, w)| (t.to_string(), *r, *w))
+            .collect();
+        assert_eq!(roles(&spec), expected);
+        let hooks = spec
+            .mounts
+            .iter()
+            .find(|m| m.target == Path::new("/ws/.git/hooks"))
+            .expect("hooks");
+        assert_eq!(hooks.source, Path::new("/ws/.git/hooks"));
+        assert!(hooks.is_dir);
+
+        // Read-only grants need nothing more; the opt-out drops the binds.
+        let (spec, _command) =
+            plan(&tool, &Caps::new().read_only("/ws"), &facts(), &host).expect("plan");
+        assert_eq!(roles(&spec).len(), 1);
+        let caps = Caps::new().read_write("/ws").allow_host_executed_writes();
+        let (spec, _command) = plan(&tool, &caps, &facts(), &host).expect("plan");
+        assert_eq!(roles(&spec).len(), 1);
+
+        // A deeper grant of the caller's own covers what lies beneath it.
+        let caps = Caps::new().read_write("/ws").read_write("/ws/.git/hooks");
+        let (spec, _command) = plan(&tool, &caps, &facts(), &host).expect("plan");
+        let hooks: Vec<_> = roles(&spec)
+            .into_iter()
+            .filter(|(t, _, _)| t == "/ws/.git/hooks")
+            .collect();
+        assert_eq!(
+            hooks,
+            [("/ws/.git/hooks".to_string(), MountRole::Grant, true)]
+        );
+        assert!(
+            roles(&spec).contains(&("/ws/.git".to_string(), MountRole::Pin, true)),
+            ".git stays pinned so it cannot be renamed aside"
+        );
+    }
+
+    #[test]
+    fn a_symlinked_host_executed_path_refuses_the_run_unless_opted_out() {
+        let mut host = FakeHost::debian();
+        host.dirs.extend(["/home/u", "/home/u/dotfiles"]);
+        host.files.push("/home/u/dotfiles/bashrc");
+        host.links.insert("/home/u/.bashrc", "dotfiles/bashrc");
+        let tool = Tool::command(["true"]);
+        let caps = Caps::new().read_write("/home/u");
+        let err = plan(&tool, &caps, &facts(), &host).expect_err("symlink");
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest);
+        assert!(
+            err.to_string().contains("/home/u/.bashrc is a symlink"),
+            "{err}"
+        );
+        let caps = caps.allow_host_executed_writes();
+        plan(&tool, &caps, &facts(), &host).expect("opted out");
     }
 
     #[test]

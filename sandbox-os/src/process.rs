@@ -16,7 +16,7 @@ use crate::cgroup;
 use crate::plan::{self, Facts, RealHost};
 use crate::pool::{self, Pool, Warm};
 use crate::probe::HostProbe;
-use crate::protocol::{Command, Enforced, Event, Fault, NetMode, Spec};
+use crate::protocol::{Command, Enforced, Event, Fault, MountRole, MountSpec, NetMode, Spec};
 use crate::supervise::{self, Outcome};
 
 /// File name of the helper binary.
@@ -754,6 +754,40 @@ fn identity_receipt(
     })
 }
 
+/// What the receipt says about host-executed paths inside writable grants.
+pub(crate) fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], caps: &Caps) {
+    let writable_dirs = mounts
+        .iter()
+        .any(|m| m.role == MountRole::Grant && m.writable && m.is_dir);
+    if !writable_dirs {
+        return;
+    }
+    if !caps.protect_host_executed {
+        r.gap(
+            Capability::Fs,
+            "host-executed paths in writable grants (.git/hooks, .envrc, ...) are writable (protect_host_executed: false, by request)",
+        );
+        return;
+    }
+    let protected: Vec<String> = mounts
+        .iter()
+        .filter(|m| m.role == MountRole::HostExecuted)
+        .map(|m| m.target.display().to_string())
+        .collect();
+    r.enforce(
+        Capability::Fs,
+        "read-only binds over writable grants",
+        if protected.is_empty() {
+            "host-executed paths read-only: none present; a tool can still create one where none existed".to_string()
+        } else {
+            format!(
+                "host-executed paths read-only: {}; their parent directories pinned (cannot be renamed or removed); a tool can still create one where none existed",
+                protected.join(", ")
+            )
+        },
+    );
+}
+
 fn receipt(
     spec: &Spec,
     command: &Command,
@@ -763,16 +797,25 @@ fn receipt(
     strictness: Strictness,
 ) -> Receipt {
     let mut r = Receipt::new(BackendKind::Process, strictness);
+    // System directories by their path; every grant as GUEST=RESOLVED_HOST_PATH.
     let list = |writable: bool| {
         spec.mounts
             .iter()
             .filter(|m| m.writable == writable)
-            .map(|m| {
-                if m.source == m.target {
-                    m.target.display().to_string()
-                } else {
-                    format!("{}={}", m.target.display(), m.source.display())
+            .filter_map(|m| match (m.role, &m.followed_from) {
+                (MountRole::System, _) if m.source == m.target => {
+                    Some(m.target.display().to_string())
                 }
+                (MountRole::System | MountRole::Grant, Some(from)) => Some(format!(
+                    "{}={} (symlinks followed from {})",
+                    m.target.display(),
+                    m.source.display(),
+                    from.display()
+                )),
+                (MountRole::System | MountRole::Grant, None) => {
+                    Some(format!("{}={}", m.target.display(), m.source.display()))
+                }
+                (MountRole::HostExecuted | MountRole::Pin, _) => None,
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -798,8 +841,9 @@ fn receipt(
     r.enforce(
         Capability::Fs,
         "recursive read-only, nosuid, nodev bind mounts",
-        "read-only grants cannot be written, truncated, chmodded, renamed or linked",
+        "read-only grants cannot be written, truncated, chmodded, renamed or linked; grants resolved on the host without following symlinks (unless a grant asked) and opened with RESOLVE_NO_SYMLINKS",
     );
+    host_executed_receipt(&mut r, &spec.mounts, caps);
     if enforced.memfd_noexec {
         r.enforce(
             Capability::Fs,

@@ -138,6 +138,28 @@ pub struct MountSpec {
     pub is_dir: bool,
     /// Allow executing files from it.
     pub exec: bool,
+    /// Why the mount exists. The helper mounts every role alike; the receipt and the
+    /// landlock rules tell them apart.
+    pub role: MountRole,
+    /// For a caller's grant whose symlinks were followed (`follow_symlinks`): the host path
+    /// the caller gave, which resolved to `source`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub followed_from: Option<PathBuf>,
+}
+
+/// What a [`MountSpec`] is for.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum MountRole {
+    /// A host system directory (`/usr`, ...) so host programs can run.
+    System,
+    /// A path the caller granted.
+    Grant,
+    /// A host-executed path inside a writable grant, bound read-only over it.
+    HostExecuted,
+    /// A directory between a writable grant's root and a host-executed path, bound onto
+    /// itself (still writable) so it cannot be renamed or removed.
+    Pin,
 }
 
 /// A small file created in the new root.

@@ -239,7 +239,8 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
         sys::mount_setattr(dev.as_raw_fd(), false, MOUNT_ATTR_RDONLY, 0),
     )?;
 
-    // 3. Granted host trees, parents before children.
+    // 3. Granted host trees, parents before children: a writable grant first, then the
+    //    self-binds pinning its host-executed paths' parents, then those paths read-only.
     for (mount, tree) in spec.mounts.iter().zip(trees) {
         let rel = relative(&mount.target)?;
         let target = mount_point(root.as_raw_fd(), rel, mount.is_dir, &ours)?;

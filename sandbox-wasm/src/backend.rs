@@ -254,10 +254,18 @@ impl Backend for WasmBackend {
         let program = script::resolve(tool, inner.config.interpreter_dir.as_deref())?;
         // Planned here in both modes, so a request this backend cannot honour is refused
         // before anything starts (the layered host plans again inside the sandbox).
-        let plan = plan::plan(caps, ctx.strictness)?;
         match &inner.config.layered {
-            Some(layering) => crate::layered::run(inner, layering, &program, caps, ctx),
-            None => inner.run_here(&program, &plan, caps, ctx),
+            Some(layering) => {
+                // The outer sandbox binds host-executed paths read-only (or refuses).
+                let mut outer_protected = caps.clone();
+                outer_protected.protect_host_executed = false;
+                plan::plan(&outer_protected, ctx.strictness)?;
+                crate::layered::run(inner, layering, &program, caps, ctx)
+            }
+            None => {
+                let plan = plan::plan(caps, ctx.strictness)?;
+                inner.run_here(&program, &plan, caps, ctx)
+            }
         }
     }
 

@@ -1,18 +1,57 @@
 //! From caps to a WASI plan: which directories are preopened, with which permissions, which
 //! environment and arguments, which sockets, and what cannot be enforced here. Only the
-//! mount checks touch the host (a mount must be an existing directory).
+//! mount checks touch the host (a mount must be an existing directory, named without
+//! symlinks unless the mount follows them).
+//!
+//! Host-executed paths ([`sandbox_core::HOST_EXECUTED`]) inside a writable preopen cannot be
+//! made read-only here: a preopen's permissions hold for everything beneath it, and
+//! wasmtime-wasi resolves paths (including symlinks the module plants) itself, so a
+//! path-based filter in front of it could be walked around. A run whose writable preopen
+//! holds one is refused when strict (with the ways out: the process backend or layered
+//! mode, which bind them read-only; a read-only grant; or the caller's explicit opt-out),
+//! and carries a gap in its receipt with best-effort.
 
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use sandbox_core::grant::{self, EntryKind, HostLookup};
 use sandbox_core::{Access, Capability, Caps, Error, Net, Result, Strictness};
 
 /// One preopened directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Preopen {
+    /// The resolved host path: absolute, without symlinks. Opened with
+    /// `RESOLVE_NO_SYMLINKS`, so a swap after planning fails the run.
     pub host: PathBuf,
     pub guest: String,
     pub access: Access,
+    /// The caller's host path when the mount followed symlinks to reach `host`.
+    pub followed_from: Option<PathBuf>,
+}
+
+/// The real file system, for grant resolution.
+struct Host;
+
+impl HostLookup for Host {
+    fn entry(&self, path: &Path) -> io::Result<EntryKind> {
+        let kind = std::fs::symlink_metadata(path)?.file_type();
+        Ok(if kind.is_symlink() {
+            EntryKind::Symlink
+        } else if kind.is_dir() {
+            EntryKind::Dir
+        } else if kind.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Other
+        })
+    }
+    fn link_target(&self, path: &Path) -> io::Result<PathBuf> {
+        std::fs::read_link(path)
+    }
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        std::fs::canonicalize(path)
+    }
 }
 
 /// Sockets a run may use.
@@ -66,24 +105,48 @@ fn guest_str(path: &Path) -> Result<String> {
 pub(crate) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
     let mut gaps = Vec::new();
     let mut preopens = Vec::with_capacity(caps.mounts.len());
+    let mut unprotected = Vec::new();
     for mount in &caps.mounts {
-        let meta = std::fs::metadata(&mount.host).map_err(|e| {
-            Error::invalid(format!(
-                "mount source {} cannot be used: {e}",
-                mount.host.display()
-            ))
-        })?;
-        if !meta.is_dir() {
+        let grant = grant::resolve(mount, &Host)?;
+        if !grant.is_dir {
             return Err(Error::invalid(format!(
                 "wasm backend: mount {} is not a directory; WASI can only preopen directories (mount its parent directory instead)",
                 mount.host.display()
             )));
         }
+        if mount.access == Access::ReadWrite && caps.protect_host_executed {
+            let found = grant::host_executed(&grant.resolved, &Host);
+            if let Some(err) = found.refusal(&grant.resolved) {
+                return Err(err);
+            }
+            unprotected.extend(
+                found
+                    .read_only
+                    .iter()
+                    .map(|(rel, _)| grant.resolved.join(rel).display().to_string()),
+            );
+        }
         preopens.push(Preopen {
-            host: mount.host.clone(),
+            host: grant.resolved,
             guest: guest_str(&mount.guest)?,
             access: mount.access,
+            followed_from: grant.followed_symlinks.then_some(grant.requested),
         });
+    }
+    if !unprotected.is_empty() {
+        let found = unprotected.join(", ");
+        if strictness == Strictness::Strict {
+            return Err(Error::unenforceable(
+                "fs: host-executed paths read-only",
+                format!(
+                    "the wasm backend cannot make {found} read-only inside a writable preopen; run it in the process backend or layered (wasm inside the process sandbox), grant the directory read-only, or let the tool write host-executed paths (protect_host_executed: false)"
+                ),
+            ));
+        }
+        gaps.push((
+            Capability::Fs,
+            format!("host-executed paths writable inside writable preopens: {found}"),
+        ));
     }
     let cwd = match &caps.workdir {
         None => None,
@@ -193,6 +256,45 @@ mod tests {
             let err = plan(&caps, Strictness::Strict).expect_err("refused");
             assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest, "{err}");
         }
+    }
+
+    #[test]
+    fn symlinked_mount_sources_are_refused_unless_followed() {
+        let (real, links) = (tmp(), tmp());
+        let link = links.path().join("src");
+        std::os::unix::fs::symlink(real.path(), &link).expect("symlink");
+        let caps = Caps::new().mount(&link, "/data", Access::ReadOnly);
+        let err = plan(&caps, Strictness::Strict).expect_err("symlink");
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest);
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+        let mount = sandbox_core::Mount::new(link.clone(), "/data".into(), Access::ReadOnly)
+            .follow_symlinks();
+        let plan = plan(&Caps::new().with_mount(mount), Strictness::Strict).expect("follow");
+        let real = std::fs::canonicalize(real.path()).expect("canonical");
+        assert_eq!(plan.preopens[0].host, real);
+        assert_eq!(
+            plan.preopens[0].followed_from.as_deref(),
+            Some(link.as_path())
+        );
+    }
+
+    #[test]
+    fn host_executed_paths_in_writable_preopens_are_unenforceable_here() {
+        let ws = tmp();
+        std::fs::create_dir_all(ws.path().join(".git/hooks")).expect("hooks");
+        let caps = Caps::new().mount(ws.path(), "/ws", Access::ReadWrite);
+        let err = plan(&caps, Strictness::Strict).expect_err("strict");
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
+        assert!(err.to_string().contains(".git/hooks"), "{err}");
+        let p = plan(&caps, Strictness::BestEffort).expect("best effort");
+        assert!(p.gaps.iter().any(|(_, why)| why.contains(".git/hooks")));
+        plan(
+            &caps.clone().allow_host_executed_writes(),
+            Strictness::Strict,
+        )
+        .expect("opt-out");
+        let ro = Caps::new().mount(ws.path(), "/ws", Access::ReadOnly);
+        plan(&ro, Strictness::Strict).expect("read-only grants need nothing");
     }
 
     #[test]

@@ -7,18 +7,31 @@ use sandbox_core::{Access, Capability, Caps, ExitStatus, LimitKind, Receipt, Str
 use crate::exec::{End, Finished};
 use crate::plan::{NetPlan, Plan};
 
+/// The gap of a run that opted out of protecting host-executed paths. A layered run drops
+/// it from the inner receipt: the outer sandbox reports (and enforces) that capability.
+pub(crate) const HOST_EXECUTED_WRITABLE: &str = "host-executed paths in writable preopens (.git/hooks, .envrc, ...) are writable (protect_host_executed: false, by request)";
+
 /// Engine facts that appear in the receipt.
 pub(crate) struct EngineFacts {
     pub pooling: bool,
     pub fuel: Option<u64>,
 }
 
+/// Each preopen as `GUEST=RESOLVED_HOST_PATH`, noting followed symlinks.
 fn list(plan: &Plan, access: Access) -> String {
-    let items: Vec<&str> = plan
+    let items: Vec<String> = plan
         .preopens
         .iter()
         .filter(|p| p.access == access)
-        .map(|p| p.guest.as_str())
+        .map(|p| match &p.followed_from {
+            Some(from) => format!(
+                "{}={} (symlinks followed from {})",
+                p.guest,
+                p.host.display(),
+                from.display()
+            ),
+            None => format!("{}={}", p.guest, p.host.display()),
+        })
         .collect();
     if items.is_empty() {
         "none".into()
@@ -31,12 +44,17 @@ fn list(plan: &Plan, access: Access) -> String {
 /// dozen mechanisms costs more than the rest of a warm run.
 #[derive(Default)]
 pub(crate) struct ReceiptCache {
-    last: Mutex<Option<(Caps, Strictness, Receipt)>>,
+    last: Mutex<Option<Cached>>,
 }
+
+/// The last receipt and what it was built from: the caps (without stdin), the strictness,
+/// and the host facts the plan found (resolved preopens, gaps).
+type Cached = (Caps, Strictness, Plan, Receipt);
 
 /// Whether two caps give the same receipt (everything but stdin).
 fn same_shape(a: &Caps, b: &Caps) -> bool {
     a.mounts == b.mounts
+        && a.protect_host_executed == b.protect_host_executed
         && a.env == b.env
         && a.net == b.net
         && a.limits == b.limits
@@ -45,7 +63,7 @@ fn same_shape(a: &Caps, b: &Caps) -> bool {
 }
 
 impl ReceiptCache {
-    fn lock(&self) -> MutexGuard<'_, Option<(Caps, Strictness, Receipt)>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Cached>> {
         match self.last.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -60,8 +78,12 @@ impl ReceiptCache {
         facts: &EngineFacts,
         strictness: Strictness,
     ) -> Receipt {
-        if let Some((c, s, r)) = self.lock().as_ref() {
-            if *s == strictness && same_shape(c, caps) {
+        if let Some((c, s, p, r)) = self.lock().as_ref() {
+            if *s == strictness
+                && same_shape(c, caps)
+                && p.preopens == plan.preopens
+                && p.gaps == plan.gaps
+            {
                 return r.clone();
             }
         }
@@ -70,7 +92,7 @@ impl ReceiptCache {
             stdin: Vec::new(),
             ..caps.clone()
         };
-        *self.lock() = Some((key, strictness, receipt.clone()));
+        *self.lock() = Some((key, strictness, plan.clone(), receipt.clone()));
         receipt
     }
 }
@@ -96,8 +118,18 @@ pub(crate) fn enforced(
     r.enforce(
         Capability::Fs,
         "wasmtime-wasi read-only permissions",
-        "read-only preopens refuse write, truncate, create, rename, link, unlink and set-times",
+        "read-only preopens refuse write, truncate, create, rename, link, unlink and set-times; preopens resolved without following symlinks (unless a mount asked) and opened with RESOLVE_NO_SYMLINKS",
     );
+    let writable = plan.preopens.iter().any(|p| p.access == Access::ReadWrite);
+    if writable && !caps.protect_host_executed {
+        r.gap(Capability::Fs, HOST_EXECUTED_WRITABLE);
+    } else if writable && !plan.gaps.iter().any(|(c, _)| *c == Capability::Fs) {
+        r.enforce(
+            Capability::Fs,
+            "planning check",
+            "host-executed paths (.git/hooks, .envrc, ...): none present in the writable preopens; a tool can still create one where none existed",
+        );
+    }
     match &plan.net {
         NetPlan::None => r.enforce(
             Capability::Net,

@@ -2,9 +2,11 @@
 //! preopens with their permissions, stdin (the caps' bytes, then the context's stream),
 //! captured stdout and stderr, and the socket policy. Nothing of the host is inherited.
 
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 use sandbox_core::{Access, Error, Result};
 use wasmtime_wasi::cli::AsyncStdinStream;
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -47,12 +49,33 @@ pub(crate) fn context(
             Access::ReadWrite => FsPerms::ReadWrite,
             _ => FsPerms::ReadOnly,
         };
-        b.preopened_dir(&p.host, &p.guest, perms).map_err(|e| {
+        // Opened here without following any symlink, then handed to wasmtime-wasi through
+        // the fd's /proc/self/fd link, which names exactly this directory: a path swapped
+        // for a symlink after planning fails instead of redirecting the preopen.
+        let dir = rustix::fs::openat2(
+            rustix::fs::CWD,
+            &p.host,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| {
+            Error::setup(
+                format!(
+                    "open preopen {} (it must exist and contain no symlinks; was it replaced?)",
+                    p.host.display()
+                ),
+                e.into(),
+            )
+        })?;
+        let by_fd = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        b.preopened_dir(&by_fd, &p.guest, perms).map_err(|e| {
             Error::setup(
                 format!("preopen {} at {}", p.host.display(), p.guest),
                 std::io::Error::other(e.to_string()),
             )
         })?;
+        drop(dir);
     }
     if let Some(cwd) = &plan.cwd {
         b.initial_cwd(cwd);

@@ -494,3 +494,131 @@ fn descriptor_flood_stops_at_the_open_files_limit() {
     let out = run_probe(&["openmany", "/data/ok.txt", "8"], &caps);
     assert_eq!(stdout(&out), "OK openmany 8\n");
 }
+
+// ---- L, E2: grants redirected by planted symlinks; host-executed files ----------------
+
+#[test]
+fn preopen_does_not_follow_a_symlink_planted_by_an_earlier_run() {
+    let l = layout();
+    // Run 1 may write the granted directory: it plants `src` pointing at the secret's
+    // directory (a dangling link inside its own preopen, which WASI allows).
+    let caps_rw = caps().mount(&l.granted, "/data", Access::ReadWrite);
+    let planted = run_probe(&["symlink", "../outside", "/data/src"], &caps_rw);
+    assert_eq!(stdout(&planted), "OK symlink\n");
+    let src = l.granted.join("src");
+    assert!(std::fs::symlink_metadata(&src)
+        .expect("planted")
+        .file_type()
+        .is_symlink());
+    // Run 2 is granted only `src`: refused before anything runs, naming the link.
+    let caps_ro = caps().mount(&src, "/src", Access::ReadOnly);
+    let err = backend()
+        .run(
+            &Tool::wasm(probe(), ["read", "/src/secret.txt"]),
+            &caps_ro,
+            &RunContext::default(),
+        )
+        .expect_err("planted symlink");
+    assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest, "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("{} is a symlink", src.display())),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("TOP-SECRET"));
+    assert_canary_intact(&l);
+}
+
+#[test]
+fn preopen_follows_symlinks_only_when_asked_and_receipt_shows_resolved_path() {
+    let l = layout();
+    let links = tempfile::tempdir().expect("tempdir");
+    let link = links.path().join("current");
+    std::os::unix::fs::symlink(&l.granted, &link).expect("symlink");
+    let mount =
+        sandbox_core::Mount::new(link.clone(), "/data".into(), Access::ReadOnly).follow_symlinks();
+    let out = run_probe(&["read", "/data/ok.txt"], &caps().with_mount(mount));
+    assert_eq!(stdout(&out), "OK read fine\n");
+    let fs = out
+        .receipt
+        .enforced
+        .iter()
+        .find(|e| e.mechanism == "WASI preopens")
+        .expect("preopens");
+    let granted = std::fs::canonicalize(&l.granted).expect("canonical");
+    assert!(
+        fs.detail.contains(&format!(
+            "/data={} (symlinks followed from {})",
+            granted.display(),
+            link.display()
+        )),
+        "{}",
+        fs.detail
+    );
+}
+
+/// A granted directory holding a git hook.
+fn repo(l: &Layout) -> std::path::PathBuf {
+    let hooks = l.granted.join(".git/hooks");
+    std::fs::create_dir_all(&hooks).expect("mkdir");
+    std::fs::write(hooks.join("pre-commit"), "#!/bin/sh\necho original\n").expect("hook");
+    hooks.join("pre-commit")
+}
+
+#[test]
+fn git_hook_in_writable_preopen_is_refused_when_strict_and_a_gap_otherwise() {
+    // Preopens cannot keep a path beneath them read-only: fail closed.
+    let l = layout();
+    let hook = repo(&l);
+    let caps = caps().mount(&l.granted, "/data", Access::ReadWrite);
+    let tool = Tool::wasm(probe(), ["write", "/data/.git/hooks/pre-commit", "evil"]);
+    let err = backend()
+        .run(&tool, &caps, &RunContext::default())
+        .expect_err("strict");
+    assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable, "{err}");
+    assert!(err.to_string().contains(".git/hooks"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&hook).expect("hook"),
+        "#!/bin/sh\necho original\n",
+        "nothing ran"
+    );
+    // Best effort runs, and says what it could not protect.
+    let out = backend()
+        .run(
+            &Tool::wasm(probe(), ["read", "/data/ok.txt"]),
+            &caps,
+            &best_effort(),
+        )
+        .expect("best effort");
+    assert!(
+        out.receipt
+            .gaps
+            .iter()
+            .any(|g| g.capability == Capability::Fs && g.reason.contains(".git/hooks")),
+        "{}",
+        out.receipt
+    );
+    // Read-only grants need no protection.
+    let ro = common::caps().mount(&l.granted, "/data", Access::ReadOnly);
+    assert_refused(&run(&tool, &ro), "write to a read-only preopen");
+}
+
+#[test]
+fn host_executed_protection_can_be_opted_out() {
+    let l = layout();
+    let hook = repo(&l);
+    let caps = caps()
+        .mount(&l.granted, "/data", Access::ReadWrite)
+        .allow_host_executed_writes();
+    let out = run_probe(&["write", "/data/.git/hooks/pre-commit", "edited"], &caps);
+    assert_eq!(stdout(&out), "OK write\n");
+    assert_eq!(std::fs::read_to_string(&hook).expect("hook"), "edited");
+    assert!(
+        out.receipt
+            .gaps
+            .iter()
+            .any(|g| g.capability == Capability::Fs && g.reason.contains("by request")),
+        "{}",
+        out.receipt
+    );
+}

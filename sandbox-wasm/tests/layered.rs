@@ -165,3 +165,38 @@ fn layered_python_one_liner() {
         vec![BackendKind::Process, BackendKind::Wasm]
     );
 }
+
+#[test]
+fn layered_git_hook_in_writable_grant_is_read_only() {
+    // The outer process sandbox binds the hook read-only; the inner preopen's rights do
+    // not matter, and the run is not refused.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hooks = dir.path().join(".git/hooks");
+    std::fs::create_dir_all(&hooks).expect("mkdir");
+    std::fs::write(hooks.join("pre-commit"), "original").expect("hook");
+    let caps = caps().mount(dir.path(), "/data", Access::ReadWrite);
+    let out = run_layered(
+        &Tool::wasm(probe(), ["write", "/data/.git/hooks/pre-commit", "evil"]),
+        &caps,
+    );
+    assert!(stdout(&out).starts_with("ERR"), "{}", stdout(&out));
+    let out = run_layered(
+        &Tool::wasm(probe(), ["rename", "/data/.git", "/data/.git.old"]),
+        &caps,
+    );
+    assert!(stdout(&out).starts_with("ERR"), "{}", stdout(&out));
+    let out = run_layered(&Tool::wasm(probe(), ["write", "/data/ok.txt", "w"]), &caps);
+    assert_eq!(stdout(&out), "OK write\n");
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("pre-commit")).expect("hook"),
+        "original"
+    );
+    assert!(!dir.path().join(".git.old").exists());
+    let r = &out.receipt;
+    assert!(
+        r.to_string()
+            .contains("host-executed paths read-only: /data/.git/hooks"),
+        "{r}"
+    );
+    assert!(r.gaps.is_empty(), "{r}");
+}

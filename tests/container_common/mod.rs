@@ -379,3 +379,90 @@ pub fn eventually_zero(count: impl Fn() -> usize) -> bool {
     }
     count() == 0
 }
+
+/// The hook a [`Repo`] starts with.
+pub const REPO_HOOK: &str = "#!/bin/sh\necho original hook\n";
+/// The git config a [`Repo`] starts with.
+pub const REPO_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n";
+/// The `.envrc` a [`Repo`] starts with.
+pub const REPO_ENVRC: &str = "export ORIGINAL=1\n";
+
+/// A repository-shaped workspace for the host-executed-path tests: a hook, a git config,
+/// an `.envrc` and a source file, all world-writable on the host, so that only the sandbox
+/// stands between any container user and them.
+pub struct Repo {
+    pub dir: tempfile::TempDir,
+}
+
+impl Repo {
+    pub fn new() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempdir();
+        let root = dir.path();
+        for sub in ["", ".git", ".git/hooks", ".git/objects", "src"] {
+            std::fs::create_dir_all(root.join(sub)).expect("mkdir");
+            std::fs::set_permissions(root.join(sub), std::fs::Permissions::from_mode(0o777))
+                .expect("chmod");
+        }
+        for (rel, data, mode) in [
+            (".git/hooks/pre-commit", REPO_HOOK, 0o777),
+            (".git/config", REPO_CONFIG, 0o666),
+            (".envrc", REPO_ENVRC, 0o666),
+            ("src/main.rs", "fn main() {}\n", 0o666),
+        ] {
+            std::fs::write(root.join(rel), data).expect("write");
+            std::fs::set_permissions(root.join(rel), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+        }
+        Repo { dir }
+    }
+
+    /// The host-side evidence: every protected file exactly as planted.
+    pub fn assert_untouched(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let root = self.dir.path();
+        let read = |rel: &str| std::fs::read_to_string(root.join(rel)).expect(rel);
+        assert_eq!(read(".git/hooks/pre-commit"), REPO_HOOK);
+        assert_eq!(read(".git/config"), REPO_CONFIG);
+        assert_eq!(read(".envrc"), REPO_ENVRC);
+        let mode = std::fs::metadata(root.join(".git/hooks/pre-commit"))
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o777);
+        let names = |rel: &str| {
+            let mut names: Vec<String> = std::fs::read_dir(root.join(rel))
+                .expect("read_dir")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(".git/hooks"), ["pre-commit"]);
+        assert!(!names(".").iter().any(|n| n.starts_with(".git.")));
+    }
+}
+
+/// A shell script (busybox) that attacks the [`Repo`] mounted at `/ws`: one line per
+/// attack, `NAME:ALLOWED` or `NAME:denied`, then `honest:ok` after an ordinary edit.
+pub const REPO_ATTACKS: &str = r#"
+t() { name=$1; shift; if ( "$@" ) 2>/dev/null; then echo "$name:ALLOWED"; else echo "$name:denied"; fi; }
+t overwrite_hook sh -c 'echo evil > /ws/.git/hooks/pre-commit'
+t chmod_hook chmod 4777 /ws/.git/hooks/pre-commit
+t new_hook sh -c 'echo evil > /ws/.git/hooks/post-checkout'
+t delete_hook rm -f /ws/.git/hooks/pre-commit
+t rename_hooks_away mv /ws/.git/hooks /ws/.git/hooks.old
+t rename_git_aside mv /ws/.git /ws/.git.old
+t write_config sh -c 'echo "[core] hooksPath = /tmp" >> /ws/.git/config'
+t replace_config sh -c 'echo x > /ws/.git/config.new && mv /ws/.git/config.new /ws/.git/config'
+t write_envrc sh -c 'echo evil > /ws/.envrc'
+t delete_envrc rm -f /ws/.envrc
+echo edited > /ws/src/main.rs && echo honest:ok
+"#;
+
+/// Asserts every attack of [`REPO_ATTACKS`] was denied and the honest edit worked.
+pub fn assert_repo_attacks_denied(report: &str) {
+    assert_eq!(report.lines().count(), 11, "{report}");
+    assert!(!report.contains("ALLOWED"), "{report}");
+    assert!(report.ends_with("honest:ok\n"), "{report}");
+}

@@ -23,7 +23,8 @@ use strata::{
 pub(crate) struct NodeCaps {
     read_only: Option<Paths>,
     read_write: Option<Paths>,
-    mounts: Option<Vec<Mount>>,
+    mounts: Option<Vec<NodeMount>>,
+    protect_host_executed: Option<bool>,
     system: Option<SystemDirs>,
     env: Option<BTreeMap<String, String>>,
     net: Option<NodeNet>,
@@ -54,7 +55,11 @@ impl From<NodeCaps> for Caps {
         for path in node.read_write.map(|p| p.0).unwrap_or_default() {
             caps = caps.read_write(path);
         }
-        caps.mounts.extend(node.mounts.unwrap_or_default());
+        caps.mounts
+            .extend(node.mounts.unwrap_or_default().into_iter().map(Mount::from));
+        if let Some(protect) = node.protect_host_executed {
+            caps.protect_host_executed = protect;
+        }
         if let Some(system) = node.system {
             caps.system = system;
         }
@@ -108,6 +113,30 @@ impl From<NodeCaps> for Caps {
             });
         }
         caps
+    }
+}
+
+/// One entry of `mounts`: `{ host, guest?, access?, followSymlinks? }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct NodeMount {
+    host: PathBuf,
+    guest: Option<PathBuf>,
+    #[serde(default)]
+    access: strata::Access,
+    #[serde(default)]
+    follow_symlinks: bool,
+}
+
+impl From<NodeMount> for Mount {
+    fn from(node: NodeMount) -> Mount {
+        let guest = node.guest.unwrap_or_else(|| node.host.clone());
+        let mount = Mount::new(node.host, guest, node.access);
+        if node.follow_symlinks {
+            mount.follow_symlinks()
+        } else {
+            mount
+        }
     }
 }
 

@@ -232,6 +232,39 @@ describe('caps', () => {
     assert.equal(fs.readFileSync(path.join(dir, 'g'), 'utf8'), 'w\n')
   })
 
+  test('a symlinked grant is refused unless followSymlinks', async (t) => {
+    const dir = tempDir(t)
+    fs.mkdirSync(path.join(dir, 'real'))
+    fs.writeFileSync(path.join(dir, 'real', 'f'), 'linked\n')
+    const link = path.join(dir, 'link')
+    fs.symlinkSync(path.join(dir, 'real'), link)
+    await assert.rejects(sandbox.run(['cat', `${link}/f`], { readOnly: link }), (error) => {
+      assert.equal(error.code, 'invalid_request')
+      assert.match(error.message, /is a symlink/)
+      assert.match(error.message, /followSymlinks/)
+      return true
+    })
+    const result = await sandbox.run(['cat', '/data/f'], { mounts: [{ host: link, guest: '/data', followSymlinks: true }] })
+    assert.equal(result.stdout, 'linked\n')
+    const fsLine = result.receipt.enforced.find((e) => e.mechanism.startsWith('mount namespace'))
+    assert.match(fsLine.detail, /symlinks followed from/)
+  })
+
+  test('readWrite keeps git hooks read-only unless protectHostExecuted is false', async (t) => {
+    const dir = tempDir(t)
+    fs.mkdirSync(path.join(dir, '.git', 'hooks'), { recursive: true })
+    const hook = path.join(dir, '.git', 'hooks', 'pre-commit')
+    fs.writeFileSync(hook, 'original\n')
+    const attack = ['sh', '-c', `echo evil > ${hook}`]
+    const denied = await sandbox.run(attack, { readWrite: dir })
+    assert.notEqual(denied.exitCode, 0)
+    assert.equal(fs.readFileSync(hook, 'utf8'), 'original\n')
+    assert.ok(denied.receipt.enforced.some((e) => e.detail.includes(`host-executed paths read-only: ${path.join(dir, '.git', 'hooks')}`)))
+    const allowed = await sandbox.run(attack, { readWrite: dir, protectHostExecuted: false })
+    assert.equal(allowed.exitCode, 0, allowed.stderr)
+    assert.equal(fs.readFileSync(hook, 'utf8'), 'evil\n')
+  })
+
   test('env is exactly what is declared', async () => {
     const result = await sandbox.run(['env'], { env: { GREETING: 'hi there', LANG: 'C' } })
     assert.match(result.stdout, /^GREETING=hi there$/m)

@@ -65,7 +65,8 @@ async function runs(sandbox: Sandbox): Promise<void> {
   const caps: Caps = {
     readOnly: ['/data'],
     readWrite: '/out',
-    mounts: [{ host: '/srv', guest: '/srv', access: 'ro' }, { host: '/cache' }],
+    mounts: [{ host: '/srv', guest: '/srv', access: 'ro' }, { host: '/cache', followSymlinks: true }],
+    protectHostExecuted: true,
     system: 'runtime',
     env: { LANG: 'C' },
     net: 'none',

@@ -168,8 +168,11 @@ impl ToPyRepr for Vec<String> {
 ///
 /// - `read_only`, `read_write`: a path, or a list of paths and `(host, guest)` pairs, or a
 ///   `{host: guest}` dict. A path alone is visible at the same path inside.
-/// - `mounts`: the schema form, a list of `{"host", "guest", "access": "ro"|"rw"}` dicts or
-///   `(host, guest, access)` tuples.
+/// - `mounts`: the schema form, a list of `{"host", "guest", "access": "ro"|"rw",
+///   "follow_symlinks": bool}` dicts or `(host, guest, access)` tuples. A host path with a
+///   symlink in it is refused unless its dict says `"follow_symlinks": True`.
+/// - `protect_host_executed`: bool, default True: existing `.git/hooks`, `.git/config`,
+///   `.envrc`, `.vscode`, shell start-up files, ... inside read-write grants stay read-only.
 /// - `env`: dict of str to str.
 /// - `net`: `"none"` (default), `"host"` (no network isolation: loud opt-in),
 ///   `"allow:HOST[:PORT],..."` or a list of `"host[:port]"` rules.
@@ -517,12 +520,19 @@ impl PyCaps {
             .map_err(|e| invalid(py, format!("cannot serialize caps: {e}")))
     }
 
-    /// Mounts as dicts `{"host", "guest", "access"}` (access `"ro"` or `"rw"`).
+    /// Mounts as dicts `{"host", "guest", "access"}` (access `"ro"` or `"rw"`), plus
+    /// `"follow_symlinks": True` for mounts that follow symlinks.
     #[getter]
     fn mounts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let value = serde_json::to_value(&self.caps.mounts)
             .map_err(|e| invalid(py, format!("cannot serialize mounts: {e}")))?;
         json_to_py(py, &value)
+    }
+
+    /// Whether existing host-executed paths inside read-write grants stay read-only.
+    #[getter]
+    fn protect_host_executed(&self) -> bool {
+        self.caps.protect_host_executed
     }
 
     /// Environment of the tool (a copy).

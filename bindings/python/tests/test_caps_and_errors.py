@@ -31,6 +31,7 @@ def test_defaults_are_deny_by_default() -> None:
         "stdin": b"",
         "workdir": None,
         "system": "runtime",
+        "protect_host_executed": True,
     }
     for name, expected in table.items():
         assert getattr(caps, name) == expected, name

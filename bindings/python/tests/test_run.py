@@ -111,6 +111,43 @@ pathlib.Path('/out/result.txt').write_text('output')
     assert secret.exit_code != 0
 
 
+def test_symlinked_grant_is_refused_unless_follow_symlinks(sb: strata.Sandbox, tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "f.txt").write_text("linked")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(strata.InvalidRequestError, match="is a symlink"):
+        sb.run(["/bin/cat", f"{link}/f.txt"], strata.Caps(read_only=[link]))
+    caps = strata.Caps(mounts=[{"host": str(link), "guest": "/data", "follow_symlinks": True}])
+    assert caps.mounts[0]["follow_symlinks"] is True
+    result = sb.run(["/bin/cat", "/data/f.txt"], caps)
+    assert result.stdout == "linked"
+    details = [e["detail"] for e in result.receipt.enforced]
+    assert any(f"/data={real} (symlinks followed from {link})" in d for d in details), details
+
+
+def test_git_hook_in_read_write_grant_stays_read_only_unless_opted_out(
+    sb: strata.Sandbox, tmp_path: Path
+) -> None:
+    hooks = tmp_path / "repo" / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    hook = hooks / "pre-commit"
+    hook.write_text("original\n")
+    attack = ["/bin/sh", "-c", f"echo evil > {hook}"]
+    denied = sb.run(attack, strata.Caps(read_write=[tmp_path / "repo"]))
+    assert denied.exit_code != 0
+    assert hook.read_text() == "original\n"
+    assert any(
+        f"host-executed paths read-only: {hooks}" in e["detail"] for e in denied.receipt.enforced
+    ), denied.receipt.enforced
+    caps = strata.Caps(read_write=[tmp_path / "repo"], protect_host_executed=False)
+    assert caps.protect_host_executed is False and strata.Caps().protect_host_executed is True
+    allowed = sb.run(attack, caps)
+    assert allowed.ok, allowed.stderr
+    assert hook.read_text() == "evil\n"
+
+
 def test_timeout_is_data_and_check_raises_a_timeout_error(sb: strata.Sandbox, marker: str) -> None:
     result = sb.run(["/bin/sleep", f"1000.{marker}"], strata.Caps(timeout=0.3))
     assert result.timed_out

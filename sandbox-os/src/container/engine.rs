@@ -38,6 +38,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::image::{self, Format};
 use super::owner::{Owner, OWNER_LABEL};
+use crate::protocol::{MountRole, MountSpec};
 use crate::sys;
 
 /// The Docker engine's socket.
@@ -242,6 +243,8 @@ struct Plan {
     cmd: Option<Vec<String>>,
     entrypoint: Option<Vec<String>>,
     host: HostConfig,
+    /// The bind mounts, resolved, for the receipt.
+    binds: Vec<MountSpec>,
     env: Vec<String>,
     workdir: Option<String>,
 }
@@ -282,22 +285,24 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
             _ => return Err(Error::unenforceable("net", "unknown network policy")),
         };
     let limits = &caps.limits;
-    let mut mounts = Vec::new();
+    // The same resolution as the process sandbox: no symlinks unless a grant follows them,
+    // host-executed paths of writable grants bound read-only with their parents pinned.
+    // The engine resolves each source path itself when it mounts (it cannot take an fd),
+    // so a swap between this check and the mount is not caught here: see the threat model.
+    let mut binds = Vec::new();
     for mount in &caps.mounts {
-        let source = std::fs::canonicalize(&mount.host).map_err(|e| {
-            Error::invalid(format!(
-                "mount source {} is not accessible: {e}",
-                mount.host.display()
-            ))
-        })?;
-        mounts.push(Mount {
-            target: Some(mount.guest.display().to_string()),
-            source: Some(source.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(mount.access == sandbox_core::Access::ReadOnly),
-            ..Default::default()
-        });
+        crate::plan::grant_mounts(mount, caps, &crate::plan::RealHost, &mut binds)?;
     }
+    let mounts = binds
+        .iter()
+        .map(|bind| Mount {
+            target: Some(bind.target.display().to_string()),
+            source: Some(bind.source.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(!bind.writable),
+            ..Default::default()
+        })
+        .collect();
     let ulimit = |name: &str, value: u64| ResourcesUlimits {
         name: Some(name.to_string()),
         soft: Some(i64::try_from(value).unwrap_or(i64::MAX)),
@@ -339,6 +344,7 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
         cmd,
         entrypoint,
         host,
+        binds,
         env,
         workdir: caps.workdir.as_ref().map(|w| w.display().to_string()),
     })
@@ -685,7 +691,16 @@ async fn run_async(
         },
         None => ExitStatus::Exited { code },
     };
-    let mut receipt = receipt(container, caps, ctx, &image_id, &user, &host, &workdir);
+    let mut receipt = receipt(
+        container,
+        caps,
+        ctx,
+        &image_id,
+        &user,
+        &host,
+        &plan.binds,
+        &workdir,
+    );
     if out_cut {
         receipt.deny(
             Capability::Output,
@@ -721,6 +736,7 @@ async fn run_async(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn receipt(
     container: &ContainerSpec,
     caps: &Caps,
@@ -728,6 +744,7 @@ fn receipt(
     image_id: &str,
     user: &str,
     host: &HostConfig,
+    binds: &[MountSpec],
     workdir: &str,
 ) -> Receipt {
     let runtime = container.runtime;
@@ -743,10 +760,21 @@ fn receipt(
         digest: image_id.to_string(),
     });
     let limits = &caps.limits;
-    let mounts: Vec<String> = caps
-        .mounts
+    let mounts: Vec<String> = binds
         .iter()
-        .map(|m| format!("{}={} ({})", m.guest.display(), m.host.display(), m.access))
+        .filter(|m| m.role == MountRole::Grant)
+        .map(|m| {
+            let access = if m.writable { "rw" } else { "ro" };
+            match &m.followed_from {
+                Some(from) => format!(
+                    "{}={} ({access}, symlinks followed from {})",
+                    m.target.display(),
+                    m.source.display(),
+                    from.display()
+                ),
+                None => format!("{}={} ({access})", m.target.display(), m.source.display()),
+            }
+        })
         .collect();
     r.enforce(
         Capability::Fs,
@@ -761,6 +789,7 @@ fn receipt(
             workdir
         ),
     );
+    crate::process::host_executed_receipt(&mut r, binds, caps);
     r.enforce(
         Capability::Disk,
         format!("{engine} --tmpfs /tmp"),
