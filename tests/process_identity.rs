@@ -543,3 +543,139 @@ fn unprivileged_embedder_inner() {
         );
     }
 }
+
+/// A system user with subordinate ids (`/etc/subuid`, `/etc/subgid`), created once:
+/// returns its uid, gid and the first subordinate id.
+fn user_with_subordinate_ids() -> (u32, u32, u32) {
+    const NAME: &str = "strata-subid";
+    const FIRST: u32 = 3_000_000;
+    let sh = |cmd: &str| {
+        let status = std::process::Command::new("sh")
+            .args(["-c", cmd])
+            .status()
+            .expect("sh");
+        assert!(status.success(), "{cmd} failed");
+    };
+    sh(&format!(
+        "id -u {NAME} >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin {NAME}"
+    ));
+    for file in ["/etc/subuid", "/etc/subgid"] {
+        let table = std::fs::read_to_string(file).unwrap_or_default();
+        if !table.lines().any(|l| l.starts_with(&format!("{NAME}:"))) {
+            sh(&format!("echo {NAME}:{FIRST}:65536 >> {file}"));
+        }
+    }
+    let id = |flag: &str| -> u32 {
+        let out = std::process::Command::new("id")
+            .args([flag, NAME])
+            .output()
+            .expect("id");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("numeric id")
+    };
+    (id("-u"), id("-g"), FIRST)
+}
+
+#[test]
+fn unprivileged_embedder_with_subordinate_ids_gives_each_agent_its_own_uid() {
+    if !require_root("unprivileged_embedder_with_subordinate_ids_gives_each_agent_its_own_uid") {
+        return;
+    }
+    assert!(
+        Path::new("/usr/bin/newuidmap").exists(),
+        "needs newuidmap (apt-get install uidmap; scripts/deps.sh installs it)"
+    );
+    let (uid, gid, first) = user_with_subordinate_ids();
+    let bins = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(bins.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
+    let exe = bins.path().join("identity-tests");
+    let helper_copy = bins.path().join("strata-helper");
+    std::fs::copy(std::env::current_exe().expect("exe"), &exe).expect("copy test binary");
+    std::fs::copy(helper(), &helper_copy).expect("copy helper");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::chown(scratch.path(), Some(uid), Some(gid)).expect("chown");
+    let out = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            "--",
+        ])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "subordinate_ids_inner",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("STRATA_INNER_HELPER", &helper_copy)
+        .env("STRATA_INNER_SCRATCH", scratch.path())
+        .env("STRATA_INNER_FIRST_ID", first.to_string())
+        .env("HOME", scratch.path())
+        .output()
+        .expect("setpriv");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "as uid {uid}:\n{text}");
+    assert!(text.contains("1 passed"), "did not run:\n{text}");
+}
+
+#[test]
+#[ignore = "runs as a user with subordinate ids under unprivileged_embedder_with_subordinate_ids_gives_each_agent_its_own_uid"]
+fn subordinate_ids_inner() {
+    assert!(!is_root(), "must run unprivileged");
+    let helper = std::env::var("STRATA_INNER_HELPER").expect("run by its outer test");
+    let scratch = std::path::PathBuf::from(std::env::var("STRATA_INNER_SCRATCH").expect("dir"));
+    let first: u32 = std::env::var("STRATA_INNER_FIRST_ID")
+        .expect("first id")
+        .parse()
+        .expect("number");
+    let sandbox = Sandbox::builder()
+        .backend(strata::BackendChoice::Only(strata::BackendKind::Process))
+        .helper(&helper)
+        .strictness(Strictness::BestEffort) // no cgroup for this user: limits are gaps
+        .build()
+        .expect("sandbox");
+    let ws = scratch.join("ws");
+    std::fs::create_dir(&ws).expect("mkdir");
+    let run_as = |agent: Option<&str>, code: &str| {
+        let mut caps = Caps::new().read_write(&ws);
+        caps.agent = agent.map(str::to_string);
+        let out = sandbox.run(&sh(code), &caps).expect("run");
+        assert!(out.success(), "{}\n{}", stderr(&out), out.receipt);
+        out
+    };
+    let w = ws.display();
+    let alice = run_as(
+        Some("alice"),
+        &format!("touch {w}/made; umask 077; mkdir {w}/alice; echo secret > {w}/alice/s"),
+    );
+    let id = alice.receipt.identity.clone().expect("identity");
+    assert_eq!(id.source, IdentitySource::Agent, "{}", alice.receipt);
+    assert!(
+        (first..first + 65536).contains(&id.host_uid),
+        "{} is not a subordinate id",
+        id.host_uid
+    );
+    // (The embedder itself cannot look inside alice's private directory: it is not root.)
+    let meta = std::fs::metadata(ws.join("made")).expect("created");
+    assert_eq!(meta.uid(), id.host_uid, "the file belongs to alice's uid");
+    let bob = run_as(
+        Some("bob"),
+        &format!("cat {w}/alice/s 2>/dev/null && echo READ; touch {w}/alice/x 2>/dev/null && echo WROTE; true"),
+    );
+    assert_ne!(
+        bob.receipt.identity.clone().expect("identity").host_uid,
+        id.host_uid
+    );
+    assert_eq!(stdout(&bob), "", "bob reached alice's files");
+    assert!(!ws.join("alice/x").exists());
+    let fresh = run_as(None, "true").receipt.identity.expect("identity");
+    assert_eq!(fresh.source, IdentitySource::Fresh);
+    assert_ne!(fresh.host_uid, id.host_uid);
+}

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::fs_policy;
-use crate::identity::EMBEDDER_INSIDE_ID;
+use crate::identity::{EMBEDDER_INSIDE_ID, NEWGIDMAP, NEWUIDMAP};
 use crate::protocol::{
     self, Command, Enforced, Event, Fault, FrameBuffer, HostMessage, NetMode, Rlimit, Spec,
 };
@@ -167,14 +167,39 @@ impl Mapper {
         let target = std::process::id();
         let uid_map = IdMaps::text(&maps.uid);
         let gid_map = IdMaps::text(&maps.gid);
+        let (uid_lines, gid_lines) = (maps.uid.clone(), maps.gid.clone());
         match sys::fork()? {
             sys::Fork::Child => {
                 drop(go_w);
                 let mut byte = [0u8; 1];
                 let code = match sys::read(go_r.as_raw_fd(), &mut byte) {
-                    Ok(1) => std::fs::write(format!("/proc/{target}/uid_map"), &uid_map)
-                        .and_then(|()| std::fs::write(format!("/proc/{target}/gid_map"), &gid_map))
-                        .map_or_else(|e| e.raw_os_error().unwrap_or(libc::EIO), |()| 0),
+                    Ok(1) if sys::ids().0 == 0 => {
+                        std::fs::write(format!("/proc/{target}/uid_map"), &uid_map)
+                            .and_then(|()| {
+                                std::fs::write(format!("/proc/{target}/gid_map"), &gid_map)
+                            })
+                            .map_or_else(|e| e.raw_os_error().unwrap_or(libc::EIO), |()| 0)
+                    }
+                    // Unprivileged: shadow's setuid helpers check the maps against
+                    // /etc/subuid and /etc/subgid and write them.
+                    Ok(1) => {
+                        let mapped = |tool: &str, lines: &[(u32, u32, u32)]| {
+                            std::process::Command::new(tool)
+                                .arg(target.to_string())
+                                .args(lines.iter().flat_map(|(inside, host, count)| {
+                                    [inside.to_string(), host.to_string(), count.to_string()]
+                                }))
+                                .stdin(std::process::Stdio::null())
+                                .stdout(std::process::Stdio::null())
+                                .status()
+                                .is_ok_and(|s| s.success())
+                        };
+                        if mapped(NEWUIDMAP, &uid_lines) && mapped(NEWGIDMAP, &gid_lines) {
+                            0
+                        } else {
+                            libc::EPERM
+                        }
+                    }
                     _ => 0, // the supervisor gave up before unsharing
                 };
                 sys::exit_now(code)

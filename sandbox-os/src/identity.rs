@@ -9,10 +9,11 @@
 //! state directory ([`Registry`]), updated under an exclusive `flock` so concurrent
 //! embedders agree.
 //!
-//! Only a root embedder can map these ids today (the helper writes the user namespace's
-//! maps from the initial namespace). An unprivileged embedder keeps its own uid inside the
-//! sandbox and the receipt says so ([`sandbox_core::IdentitySource::Embedder`]); mapping
-//! subordinate ids through `newuidmap` is not implemented yet.
+//! A root embedder's helper writes the user namespace's maps itself, from the initial
+//! namespace. An unprivileged embedder with subordinate ids (`/etc/subuid` and
+//! `/etc/subgid` entries, and shadow's `newuidmap`/`newgidmap`) gets them mapped the way
+//! rootless container engines do; without them it keeps its own uid inside the sandbox and
+//! the receipt says so ([`sandbox_core::IdentitySource::Embedder`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
@@ -20,6 +21,12 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+/// The setuid helper (shadow's `uidmap` package) that maps an unprivileged user's
+/// subordinate uids into a user namespace.
+pub const NEWUIDMAP: &str = "/usr/bin/newuidmap";
+/// The same for gids.
+pub const NEWGIDMAP: &str = "/usr/bin/newgidmap";
 
 /// The id at which the embedder's own uid and gid appear inside a sandbox whose tool runs
 /// under another host identity (so the tool can use the embedder's files in its grants).
@@ -75,6 +82,26 @@ impl IdRange {
         let read = |path: &str| fs::read_to_string(path).unwrap_or_default();
         IdRange::from_subid(user, uid, &read("/etc/subuid"), &read("/etc/subgid"))
             .unwrap_or(IdRange::FIXED)
+    }
+
+    /// The subordinate ids of the unprivileged user `uid` (its `/etc/subuid` and
+    /// `/etc/subgid` entries, by name or number), when `newuidmap` and `newgidmap` are
+    /// installed to map them. `None` otherwise: the embedder keeps its own uid.
+    pub fn subordinate(uid: u32) -> Option<IdRange> {
+        if !(Path::new(NEWUIDMAP).exists() && Path::new(NEWGIDMAP).exists()) {
+            return None;
+        }
+        let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let name = passwd
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.split(':');
+                let name = fields.next()?;
+                (fields.nth(1)? == uid.to_string()).then(|| name.to_string())
+            })
+            .unwrap_or_default();
+        let read = |path: &str| fs::read_to_string(path).unwrap_or_default();
+        IdRange::from_subid(&name, uid, &read("/etc/subuid"), &read("/etc/subgid"))
     }
 
     /// At least 4 ids, none of them 0, and no overflow.

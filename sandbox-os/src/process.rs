@@ -81,7 +81,7 @@ pub struct ProcessBackend {
     fault: Option<Fault>,
     id_range: Option<IdRange>,
     state_dir: Option<PathBuf>,
-    registry: OnceLock<Arc<Registry>>,
+    registry: OnceLock<Option<Arc<Registry>>>,
 }
 
 impl std::fmt::Debug for ProcessBackend {
@@ -167,34 +167,40 @@ impl ProcessBackend {
         self
     }
 
-    /// The id registry (root embedders only).
-    fn registry(&self) -> Arc<Registry> {
-        Arc::clone(self.registry.get_or_init(|| {
-            let euid = self.host().ids.0;
-            let dir = self
-                .state_dir
-                .clone()
-                .unwrap_or_else(|| Registry::default_dir(euid));
-            let range = self
-                .id_range
-                .unwrap_or_else(|| IdRange::for_user("root", euid));
-            Arc::new(Registry::new(dir, range))
-        }))
+    /// The id registry: a root embedder's range, or an unprivileged embedder's subordinate
+    /// ids; `None` when this embedder has no ids to give.
+    fn registry(&self) -> Option<Arc<Registry>> {
+        self.registry
+            .get_or_init(|| {
+                let euid = self.host().ids.0;
+                let range = match self.id_range {
+                    Some(range) => range,
+                    None if euid == 0 => IdRange::for_user("root", euid),
+                    None => IdRange::subordinate(euid)?,
+                };
+                let dir = self
+                    .state_dir
+                    .clone()
+                    .unwrap_or_else(|| Registry::default_dir(euid));
+                Some(Arc::new(Registry::new(dir, range)))
+            })
+            .clone()
     }
 
-    /// Chooses the tool's host identity: a root embedder gives agents their own ids and
-    /// other runs fresh ones; an unprivileged embedder keeps its own uid, and a named agent
-    /// then cannot get one of its own (refused when strict, a gap otherwise).
+    /// Chooses the tool's host identity: agents get their own ids and other runs fresh
+    /// ones, from the root embedder's range or an unprivileged embedder's subordinate ids.
+    /// An embedder with neither keeps its own uid, and a named agent then cannot get one of
+    /// its own (refused when strict, a gap otherwise).
     fn identity(
         &self,
         caps: &Caps,
         strictness: Strictness,
         gaps: &mut Vec<(Capability, String)>,
     ) -> Result<Identity> {
-        if self.host().ids.0 != 0 {
+        let Some(registry) = self.registry() else {
             if let Some(agent) = &caps.agent {
                 let reason = format!(
-                    "agent {agent} cannot get its own host uid: the embedder is unprivileged (uid {}) and Strata does not map subordinate ids yet; the tool runs as the embedder's uid",
+                    "agent {agent} cannot get its own host uid: the embedder (uid {}) is unprivileged and has no subordinate ids (/etc/subuid and /etc/subgid entries, and newuidmap from the uidmap package); the tool runs as the embedder's uid",
                     self.host().ids.0
                 );
                 if strictness == Strictness::Strict {
@@ -203,8 +209,7 @@ impl ProcessBackend {
                 gaps.push((Capability::Privileges, reason));
             }
             return Ok(Identity::Embedder);
-        }
-        let registry = self.registry();
+        };
         match &caps.agent {
             Some(agent) => registry
                 .agent(agent)

@@ -52,14 +52,7 @@ pub(crate) fn context(
         // Opened here without following any symlink, then handed to wasmtime-wasi through
         // the fd's /proc/self/fd link, which names exactly this directory: a path swapped
         // for a symlink after planning fails instead of redirecting the preopen.
-        let dir = rustix::fs::openat2(
-            rustix::fs::CWD,
-            &p.host,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
-        .map_err(|e| {
+        let dir = open_no_symlinks(&p.host).map_err(|e| {
             Error::setup(
                 format!(
                     "open preopen {} (it must exist and contain no symlinks; was it replaced?)",
@@ -116,4 +109,33 @@ pub(crate) fn context(
         .table
         .set_max_capacity(open_files as usize + plan.preopens.len() + TABLE_SLACK);
     Ok(wasi)
+}
+
+/// Opens the directory `path` (absolute, lexically clean) as an `O_PATH` fd without
+/// following a symlink in any component: `openat2(RESOLVE_NO_SYMLINKS)`, or, where a seccomp
+/// filter refuses `openat2` with `ENOSYS` (the layered mode's process sandbox does), one
+/// `openat(O_NOFOLLOW | O_DIRECTORY)` per component.
+fn open_no_symlinks(path: &std::path::Path) -> rustix::io::Result<std::os::fd::OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    match rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Err(rustix::io::Errno::NOSYS) => {}
+        other => return other,
+    }
+    let mut dir = rustix::fs::openat(rustix::fs::CWD, "/", flags, Mode::empty())?;
+    for component in path.components() {
+        match component {
+            std::path::Component::RootDir => {}
+            std::path::Component::Normal(name) => {
+                dir = rustix::fs::openat(&dir, name, flags | OFlags::NOFOLLOW, Mode::empty())?;
+            }
+            _ => return Err(rustix::io::Errno::INVAL),
+        }
+    }
+    Ok(dir)
 }
