@@ -54,6 +54,8 @@ pub struct SandboxBuilder {
     strictness: Strictness,
     helper: Option<PathBuf>,
     warm_pool: usize,
+    #[cfg(feature = "process")]
+    id_range: Option<sandbox_os::identity::IdRange>,
     #[cfg(feature = "wasm")]
     wasm_config: Option<sandbox_wasm::WasmConfig>,
     #[cfg(feature = "wasm")]
@@ -88,6 +90,16 @@ impl SandboxBuilder {
         self
     }
 
+    /// The block of host ids the process and container backends give tools when the
+    /// embedder is root. Default: root's first `/etc/subuid` and `/etc/subgid` entries,
+    /// else [`sandbox_os::identity::IdRange::FIXED`]. The agent registry lives in
+    /// `$STRATA_STATE_DIR` (default `/var/lib/strata` for root).
+    #[cfg(feature = "process")]
+    pub fn id_range(mut self, range: sandbox_os::identity::IdRange) -> Self {
+        self.id_range = Some(range);
+        self
+    }
+
     /// Configures the wasm backend: module cache directory, interpreter directory, pool
     /// size, fuel. Default: [`sandbox_wasm::WasmConfig::default`].
     #[cfg(feature = "wasm")]
@@ -119,6 +131,8 @@ impl SandboxBuilder {
                 strictness: self.strictness,
                 helper: self.helper,
                 warm_pool: self.warm_pool,
+                #[cfg(feature = "process")]
+                id_range: self.id_range,
                 #[cfg(feature = "wasm")]
                 wasm_config: self.wasm_config,
                 #[cfg(feature = "wasm")]
@@ -156,6 +170,8 @@ struct Inner {
     strictness: Strictness,
     helper: Option<PathBuf>,
     warm_pool: usize,
+    #[cfg(feature = "process")]
+    id_range: Option<sandbox_os::identity::IdRange>,
     #[cfg(feature = "wasm")]
     wasm_config: Option<sandbox_wasm::WasmConfig>,
     #[cfg(feature = "wasm")]
@@ -211,16 +227,25 @@ impl Sandbox {
         }
     }
 
+    /// A process backend as configured (helper, id range), without its warm pool.
+    #[cfg(feature = "process")]
+    fn process_backend(&self) -> sandbox_os::ProcessBackend {
+        let backend = match &self.inner.helper {
+            Some(path) => sandbox_os::ProcessBackend::with_helper(path),
+            None => sandbox_os::ProcessBackend::new(),
+        };
+        match self.inner.id_range {
+            Some(range) => backend.with_id_range(range),
+            None => backend,
+        }
+    }
+
     /// The backend instance for `kind`.
     pub fn backend(&self, kind: BackendKind) -> Result<Arc<dyn Backend>> {
         match kind {
             #[cfg(feature = "process")]
             BackendKind::Process => Ok(Arc::clone(self.inner.process.get_or_init(|| {
-                let backend = match &self.inner.helper {
-                    Some(path) => sandbox_os::ProcessBackend::with_helper(path),
-                    None => sandbox_os::ProcessBackend::new(),
-                };
-                Arc::new(backend.with_warm_pool(self.inner.warm_pool))
+                Arc::new(self.process_backend().with_warm_pool(self.inner.warm_pool))
             }))),
             #[cfg(feature = "wasm")]
             BackendKind::Wasm => {
@@ -240,11 +265,9 @@ impl Sandbox {
             }
             #[cfg(feature = "process")]
             BackendKind::Container => Ok(Arc::clone(self.inner.container.get_or_init(|| {
-                let process = match &self.inner.helper {
-                    Some(path) => sandbox_os::ProcessBackend::with_helper(path),
-                    None => sandbox_os::ProcessBackend::new(),
-                };
-                Arc::new(sandbox_os::ContainerBackend::with_process(process))
+                Arc::new(sandbox_os::ContainerBackend::with_process(
+                    self.process_backend(),
+                ))
             }))),
             other => Err(Error::unavailable(other, not_built_reason(other))),
         }

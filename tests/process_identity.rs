@@ -443,9 +443,10 @@ fn agent_on_an_unprivileged_embedder_is_refused_strict() {
 
 // ------------------------------------------------- the library as an unprivileged embedder
 
-/// Runs `inner` (an `#[ignore]`d test of this binary) as uid 65534 with copies of this test
-/// binary and the helper in a directory that user can enter.
-fn run_inner_as_nobody(inner: &str) {
+/// Runs `inner` (an `#[ignore]`d test of this binary) as `uid`/`gid`, with copies of this
+/// test binary and the helper in a directory that user can enter and a scratch directory
+/// (`STRATA_INNER_SCRATCH`, also `HOME`) it owns; `env` is passed on.
+fn run_inner_as(inner: &str, (uid, gid): (u32, u32), env: &[(&str, String)]) {
     let bins = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(bins.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
     let exe = bins.path().join("identity-tests");
@@ -453,9 +454,14 @@ fn run_inner_as_nobody(inner: &str) {
     std::fs::copy(std::env::current_exe().expect("exe"), &exe).expect("copy test binary");
     std::fs::copy(helper(), &helper_copy).expect("copy helper");
     let scratch = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(scratch.path(), PermissionsExt::from_mode(0o777)).expect("chmod");
+    std::os::unix::fs::chown(scratch.path(), Some(uid), Some(gid)).expect("chown");
     let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            "--",
+        ])
         .arg(&exe)
         .args([
             "--exact",
@@ -467,6 +473,7 @@ fn run_inner_as_nobody(inner: &str) {
         .env("STRATA_INNER_HELPER", &helper_copy)
         .env("STRATA_INNER_SCRATCH", scratch.path())
         .env("HOME", scratch.path())
+        .envs(env.iter().map(|(k, v)| (*k, v)))
         .output()
         .expect("setpriv");
     let text = format!(
@@ -474,7 +481,7 @@ fn run_inner_as_nobody(inner: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "{inner} as uid 65534 failed:\n{text}");
+    assert!(out.status.success(), "{inner} as uid {uid} failed:\n{text}");
     assert!(text.contains("1 passed"), "{inner} did not run:\n{text}");
 }
 
@@ -483,7 +490,7 @@ fn unprivileged_embedder_gets_every_promise_or_a_refusal() {
     if !require_root("unprivileged_embedder_gets_every_promise_or_a_refusal") {
         return;
     }
-    run_inner_as_nobody("unprivileged_embedder_inner");
+    run_inner_as("unprivileged_embedder_inner", (65534, 65534), &[]);
 }
 
 #[test]
@@ -588,41 +595,11 @@ fn unprivileged_embedder_with_subordinate_ids_gives_each_agent_its_own_uid() {
         "needs newuidmap (apt-get install uidmap; scripts/deps.sh installs it)"
     );
     let (uid, gid, first) = user_with_subordinate_ids();
-    let bins = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(bins.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
-    let exe = bins.path().join("identity-tests");
-    let helper_copy = bins.path().join("strata-helper");
-    std::fs::copy(std::env::current_exe().expect("exe"), &exe).expect("copy test binary");
-    std::fs::copy(helper(), &helper_copy).expect("copy helper");
-    let scratch = tempfile::tempdir().expect("tempdir");
-    std::os::unix::fs::chown(scratch.path(), Some(uid), Some(gid)).expect("chown");
-    let out = std::process::Command::new("setpriv")
-        .args([
-            &format!("--reuid={uid}"),
-            &format!("--regid={gid}"),
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&exe)
-        .args([
-            "--exact",
-            "subordinate_ids_inner",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("STRATA_INNER_HELPER", &helper_copy)
-        .env("STRATA_INNER_SCRATCH", scratch.path())
-        .env("STRATA_INNER_FIRST_ID", first.to_string())
-        .env("HOME", scratch.path())
-        .output()
-        .expect("setpriv");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_inner_as(
+        "subordinate_ids_inner",
+        (uid, gid),
+        &[("STRATA_INNER_FIRST_ID", first.to_string())],
     );
-    assert!(out.status.success(), "as uid {uid}:\n{text}");
-    assert!(text.contains("1 passed"), "did not run:\n{text}");
 }
 
 #[test]
@@ -678,4 +655,44 @@ fn subordinate_ids_inner() {
     let fresh = run_as(None, "true").receipt.identity.expect("identity");
     assert_eq!(fresh.source, IdentitySource::Fresh);
     assert_ne!(fresh.host_uid, id.host_uid);
+}
+
+#[test]
+fn configured_id_range_is_where_tools_run() {
+    if !require_root("configured_id_range_is_where_tools_run") {
+        return;
+    }
+    let range = strata::sandbox_os::identity::IdRange {
+        uid_base: 1_800_000_000,
+        gid_base: 1_810_000_000,
+        count: 1024,
+    };
+    let sandbox = Sandbox::builder()
+        .backend(strata::BackendChoice::Only(strata::BackendKind::Process))
+        .helper(helper())
+        .id_range(range)
+        .build()
+        .expect("sandbox");
+    let id = |caps: Caps| {
+        sandbox
+            .run(&sh("true"), &caps)
+            .expect("run")
+            .receipt
+            .identity
+            .expect("identity")
+    };
+    let agent = id(Caps::new().agent("test-ranged"));
+    let fresh = id(Caps::new());
+    for ids in [&agent, &fresh] {
+        assert!(
+            (1_800_000_000..1_800_001_024).contains(&ids.host_uid),
+            "{ids:?}"
+        );
+        assert!(
+            (1_810_000_000..1_810_001_024).contains(&ids.host_gid),
+            "{ids:?}"
+        );
+    }
+    assert!(agent.host_uid < 1_800_000_512, "agents take the lower half");
+    assert!(fresh.host_uid >= 1_800_000_512, "fresh ids the upper half");
 }

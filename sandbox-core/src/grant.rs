@@ -42,6 +42,20 @@ pub enum EntryKind {
     Other,
 }
 
+impl From<std::fs::FileType> for EntryKind {
+    fn from(kind: std::fs::FileType) -> Self {
+        if kind.is_symlink() {
+            EntryKind::Symlink
+        } else if kind.is_dir() {
+            EntryKind::Dir
+        } else if kind.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Other
+        }
+    }
+}
+
 /// The host facts grant resolution needs. Implemented by each backend over the real file
 /// system, and by fakes in tests.
 pub trait HostLookup {

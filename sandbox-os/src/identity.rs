@@ -5,9 +5,9 @@
 //! `/etc/subgid` entries of the embedding user when both exist, otherwise
 //! [`IdRange::FIXED`]. The lower half of the range holds agents (offset 1, 2, ... in the
 //! order they were first seen), the upper half is cycled through for fresh ids. Which agent
-//! has which offset, and the next fresh offset, live in a small registry file under the
-//! state directory ([`Registry`]), updated under an exclusive `flock` so concurrent
-//! embedders agree.
+//! has which offset, and the next fresh offset, live in a small registry file per range
+//! under the state directory ([`Registry`]), updated under an exclusive `flock` so
+//! concurrent embedders agree.
 //!
 //! A root embedder's helper writes the user namespace's maps itself, from the initial
 //! namespace. An unprivileged embedder with subordinate ids (`/etc/subuid` and
@@ -182,15 +182,20 @@ impl Registry {
         self.range
     }
 
-    /// The registry file.
+    /// The registry file: one per range, so embedders configured with different ranges
+    /// never mix offsets.
     pub fn path(&self) -> PathBuf {
-        self.dir.join("identities.json")
+        let r = self.range;
+        self.dir.join(format!(
+            "identities-{}-{}-{}.json",
+            r.uid_base, r.gid_base, r.count
+        ))
     }
 
     /// The ids of `agent`, assigning the next free ones the first time it is seen. Fails
     /// when the agents' half of the range is full.
     pub fn agent(&self, agent: &str) -> io::Result<HostIds> {
-        self.update(|state, range| {
+        self.update(true, |state, range| {
             if let Some(offset) = state.agents.get(agent) {
                 return Ok(range.ids(*offset));
             }
@@ -212,7 +217,9 @@ impl Registry {
     /// Fresh ids for one sandbox: the next offset of the upper half, cycling. An id comes
     /// back only after `count / 2` other fresh ids.
     pub fn fresh(&self) -> io::Result<HostIds> {
-        self.update(|state, range| {
+        // Not synced: losing the last step of the counter in a crash only means the next
+        // id comes again, after the sandboxes that had it died with the host.
+        self.update(false, |state, range| {
             let span = range.count - range.half();
             let offset = range.half() + state.next_fresh % span;
             state.next_fresh = (state.next_fresh + 1) % span;
@@ -220,8 +227,11 @@ impl Registry {
         })
     }
 
+    /// Read-modify-write under an exclusive `flock`; `durable` syncs the file before the
+    /// ids are used (an agent's assignment must survive a crash).
     fn update<T>(
         &self,
+        durable: bool,
         change: impl FnOnce(&mut State, IdRange) -> io::Result<T>,
     ) -> io::Result<T> {
         fs::DirBuilder::new()
@@ -253,7 +263,9 @@ impl Registry {
         file.set_len(0)?;
         file.rewind()?;
         file.write_all(&bytes)?;
-        file.sync_data()?;
+        if durable {
+            file.sync_data()?;
+        }
         Ok(value)
     }
 }
@@ -326,12 +338,17 @@ mod tests {
     }
 
     #[test]
-    fn registry_of_another_range_is_refused() {
+    fn ranges_keep_separate_registries_and_a_mismatched_file_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
-        Registry::new(dir.path(), small()).agent("a").expect("a");
-        let err = Registry::new(dir.path(), IdRange::FIXED)
+        let a = Registry::new(dir.path(), small()).agent("a").expect("a");
+        let b = Registry::new(dir.path(), IdRange::FIXED)
             .agent("a")
-            .expect_err("other range");
+            .expect("a");
+        assert_ne!(a, b);
+        // A registry file whose recorded range is not its own is refused, not reused.
+        let fixed = Registry::new(dir.path(), IdRange::FIXED);
+        std::fs::copy(Registry::new(dir.path(), small()).path(), fixed.path()).expect("copy");
+        let err = fixed.agent("a").expect_err("other range");
         assert!(err.to_string().contains("another id range"), "{err}");
     }
 

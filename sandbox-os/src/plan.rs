@@ -39,16 +39,7 @@ impl HostLookup for RealHost {
 
 /// What is at `path` on this host, without following a final symlink (`lstat`).
 fn entry_kind(path: &Path) -> io::Result<EntryKind> {
-    let kind = std::fs::symlink_metadata(path)?.file_type();
-    Ok(if kind.is_symlink() {
-        EntryKind::Symlink
-    } else if kind.is_dir() {
-        EntryKind::Dir
-    } else if kind.is_file() {
-        EntryKind::File
-    } else {
-        EntryKind::Other
-    })
+    Ok(std::fs::symlink_metadata(path)?.file_type().into())
 }
 
 impl HostView for RealHost {

@@ -35,16 +35,7 @@ struct Host;
 
 impl HostLookup for Host {
     fn entry(&self, path: &Path) -> io::Result<EntryKind> {
-        let kind = std::fs::symlink_metadata(path)?.file_type();
-        Ok(if kind.is_symlink() {
-            EntryKind::Symlink
-        } else if kind.is_dir() {
-            EntryKind::Dir
-        } else if kind.is_file() {
-            EntryKind::File
-        } else {
-            EntryKind::Other
-        })
+        Ok(std::fs::symlink_metadata(path)?.file_type().into())
     }
     fn link_target(&self, path: &Path) -> io::Result<PathBuf> {
         std::fs::read_link(path)
