@@ -216,11 +216,22 @@ fn engine_mounts_are_read_only_or_read_write_as_granted() {
     let caps = caps(&images.python_archive(), DOCKER)
         .mount(data.path(), "/data", strata::Access::ReadOnly)
         .mount(out_dir.path(), "/out", strata::Access::ReadWrite);
-    let out = run(
-        &sh("cat /data/in.txt > /out/o.txt; echo x > /data/x 2>/dev/null || echo ro"),
-        &caps,
-    );
+    let tool = sh("cat /data/in.txt > /out/o.txt; echo x > /data/x 2>/dev/null || echo ro");
+    // Strict refuses: the engine cannot stop set-id bits on files in a read-write bind.
+    let err = sandbox().run(&tool, &caps).expect_err("strict refuses");
+    assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
+    assert!(err.to_string().contains("set-id"), "{err}");
+    assert!(!out_dir.path().join("o.txt").exists(), "nothing ran");
+    let out = run_accepting_gaps(&tool, &caps);
     assert_eq!(ok_stdout(&out), "ro\n");
+    assert!(
+        out.receipt
+            .gaps
+            .iter()
+            .any(|g| g.capability == strata::Capability::Privileges && g.reason.contains("setuid")),
+        "{}",
+        out.receipt
+    );
     assert_eq!(
         std::fs::read_to_string(out_dir.path().join("o.txt")).expect("out"),
         "input"
@@ -355,7 +366,7 @@ fn engine_git_hook_and_envrc_in_rw_grant_cannot_be_written() {
         "/ws",
         strata::Access::ReadWrite,
     );
-    let out = run(&sh(REPO_ATTACKS), &caps);
+    let out = run_accepting_gaps(&sh(REPO_ATTACKS), &caps);
     assert_repo_attacks_denied(&ok_stdout(&out));
     repo.assert_untouched();
     assert_eq!(

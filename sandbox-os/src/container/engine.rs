@@ -443,7 +443,14 @@ async fn feed_stdin(
     let _ = input.shutdown().await;
 }
 
-/// Runs `tool` with `caps` in `container` on its engine runtime.
+/// Why engine runs with a read-write grant are refused when strict: the engine's seccomp
+/// profile allows `chmod` with set-id bits, so a tool (never root, but some uid) could leave
+/// a setuid file of its uid in the grant on the host. The native runtime refuses set-id
+/// modes with its own seccomp filter.
+const SETID_GAP: &str = "the engine runtime cannot stop a tool from setting setuid/setgid bits on files in a read-write grant (the engine's seccomp profile allows it; the file would be set-id to the container's non-root uid on the host); use the native runtime, or best effort to accept this gap";
+
+/// Runs `tool` with `caps` in `container` on its engine runtime. Read-write grants are
+/// refused when strict ([`SETID_GAP`]).
 pub fn run(
     container: &ContainerSpec,
     tool: &Tool,
@@ -456,6 +463,16 @@ pub fn run(
         ));
     }
     let plan = plan(tool, caps)?;
+    let writable_grant = caps
+        .mounts
+        .iter()
+        .any(|m| m.access == sandbox_core::Access::ReadWrite);
+    if writable_grant && ctx.strictness == sandbox_core::Strictness::Strict {
+        return Err(Error::unenforceable(
+            "privileges: no set-id files in read-write grants",
+            SETID_GAP,
+        ));
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -754,6 +771,12 @@ fn receipt(
         "docker"
     };
     let mut r = Receipt::new(BackendKind::Container, ctx.strictness);
+    if binds
+        .iter()
+        .any(|m| m.role == MountRole::Grant && m.writable)
+    {
+        r.gap(Capability::Privileges, SETID_GAP);
+    }
     r.container = Some(ContainerReceipt {
         runtime: runtime.as_str().to_string(),
         image: container.image.clone(),
