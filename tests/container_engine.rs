@@ -222,6 +222,15 @@ fn engine_mounts_are_read_only_or_read_write_as_granted() {
     assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
     assert!(err.to_string().contains("set-id"), "{err}");
     assert!(!out_dir.path().join("o.txt").exists(), "nothing ran");
+    // Nor can it give an agent its own host uid.
+    let err = sandbox()
+        .run(
+            &Tool::command(["true"]),
+            &container_common::caps(&images.python_archive(), DOCKER).agent("eng"),
+        )
+        .expect_err("strict refuses an agent");
+    assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
+    assert!(err.to_string().contains("agent eng"), "{err}");
     let out = run_accepting_gaps(&tool, &caps);
     assert_eq!(ok_stdout(&out), "ro\n");
     assert!(

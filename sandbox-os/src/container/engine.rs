@@ -467,6 +467,14 @@ pub fn run(
         .mounts
         .iter()
         .any(|m| m.access == sandbox_core::Access::ReadWrite);
+    if let (Some(agent), sandbox_core::Strictness::Strict) = (&caps.agent, ctx.strictness) {
+        return Err(Error::unenforceable(
+            "identity: per-agent host uid",
+            format!(
+                "the engine runtime runs the image's user with the engine's uid handling, not agent {agent}'s own host uid; use the native runtime, or best effort"
+            ),
+        ));
+    }
     if writable_grant && ctx.strictness == sandbox_core::Strictness::Strict {
         return Err(Error::unenforceable(
             "privileges: no set-id files in read-write grants",
@@ -776,6 +784,12 @@ fn receipt(
         .any(|m| m.role == MountRole::Grant && m.writable)
     {
         r.gap(Capability::Privileges, SETID_GAP);
+    }
+    if let Some(agent) = &caps.agent {
+        r.gap(
+            Capability::Privileges,
+            format!("agent {agent} does not get its own host uid on the engine runtime"),
+        );
     }
     r.container = Some(ContainerReceipt {
         runtime: runtime.as_str().to_string(),
