@@ -443,7 +443,7 @@ fn agent_on_an_unprivileged_embedder_is_refused_strict() {
 
 // ------------------------------------------------- the library as an unprivileged embedder
 
-/// Runs `inner` (an `#[ignore]`d test of this binary) as `uid`/`gid`, with copies of this
+/// Runs `inner` (an ignored test of this binary, with a reason) as `uid`/`gid`, with copies of this
 /// test binary and the helper in a directory that user can enter and a scratch directory
 /// (`STRATA_INNER_SCRATCH`, also `HOME`) it owns; `env` is passed on.
 fn run_inner_as(inner: &str, (uid, gid): (u32, u32), env: &[(&str, String)]) {
