@@ -26,6 +26,7 @@ pub mod process;
 pub mod protocol;
 pub mod rootfs;
 pub mod seccomp;
+pub mod seccomp_oci;
 pub mod seccomp_table;
 pub mod supervise;
 mod sys;

@@ -132,21 +132,6 @@ pub fn run(tool: &Tool, caps: &Caps) -> RunOutput {
     }
 }
 
-/// Runs best effort and panics on a refused run: engine runs with a read-write grant,
-/// whose set-id gap the receipt must list.
-pub fn run_accepting_gaps(tool: &Tool, caps: &Caps) -> RunOutput {
-    let sandbox = Sandbox::builder()
-        .backend(BackendChoice::Only(BackendKind::Container))
-        .helper(helper())
-        .strictness(strata::Strictness::BestEffort)
-        .build()
-        .expect("container backend is compiled in");
-    match sandbox.run(tool, caps) {
-        Ok(out) => out,
-        Err(e) => panic!("run of {} was refused: {e}", tool.describe()),
-    }
-}
-
 /// Stdout as text.
 pub fn stdout(out: &RunOutput) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

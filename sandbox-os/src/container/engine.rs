@@ -314,7 +314,10 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
         network_mode: Some(network.to_string()),
         readonly_rootfs: Some(true),
         cap_drop: Some(vec!["ALL".to_string()]),
-        security_opt: Some(vec!["no-new-privileges".to_string()]),
+        security_opt: Some(vec![
+            "no-new-privileges".to_string(),
+            format!("seccomp={}", crate::seccomp_oci::profile()),
+        ]),
         pids_limit: Some(i64::from(limits.processes)),
         memory: Some(memory),
         memory_swap: Some(memory),
@@ -443,14 +446,14 @@ async fn feed_stdin(
     let _ = input.shutdown().await;
 }
 
-/// Why engine runs with a read-write grant are refused when strict: the engine's seccomp
-/// profile allows `chmod` with set-id bits, so a tool (never root, but some uid) could leave
-/// a setuid file of its uid in the grant on the host. The native runtime refuses set-id
-/// modes with its own seccomp filter.
-const SETID_GAP: &str = "the engine runtime cannot stop a tool from setting setuid/setgid bits on files in a read-write grant (the engine's seccomp profile allows it; the file would be set-id to the container's non-root uid on the host); use the native runtime, or best effort to accept this gap";
+/// Why runsc runs with a read-write grant are refused when strict: Docker and Podman
+/// containers get Strata's seccomp profile ([`crate::seccomp_oci`]), which refuses set-id
+/// modes, but gVisor does not apply an OCI seccomp profile by default, so a tool (never
+/// root, but some uid) could leave a setuid file of its uid in the grant on the host.
+const SETID_GAP: &str = "the runsc runtime does not apply Strata's seccomp profile, so it cannot stop a tool from setting setuid/setgid bits on files in a read-write grant (set-id to the container's non-root uid on the host); use the docker or native runtime, or best effort to accept this gap";
 
-/// Runs `tool` with `caps` in `container` on its engine runtime. Read-write grants are
-/// refused when strict ([`SETID_GAP`]).
+/// Runs `tool` with `caps` in `container` on its engine runtime. With runsc, read-write
+/// grants are refused when strict ([`SETID_GAP`]).
 pub fn run(
     container: &ContainerSpec,
     tool: &Tool,
@@ -475,7 +478,10 @@ pub fn run(
             ),
         ));
     }
-    if writable_grant && ctx.strictness == sandbox_core::Strictness::Strict {
+    if writable_grant
+        && container.runtime == ContainerRuntime::Runsc
+        && ctx.strictness == sandbox_core::Strictness::Strict
+    {
         return Err(Error::unenforceable(
             "privileges: no set-id files in read-write grants",
             SETID_GAP,
@@ -779,9 +785,10 @@ fn receipt(
         "docker"
     };
     let mut r = Receipt::new(BackendKind::Container, ctx.strictness);
-    if binds
-        .iter()
-        .any(|m| m.role == MountRole::Grant && m.writable)
+    if runtime == ContainerRuntime::Runsc
+        && binds
+            .iter()
+            .any(|m| m.role == MountRole::Grant && m.writable)
     {
         r.gap(Capability::Privileges, SETID_GAP);
     }
@@ -862,8 +869,8 @@ fn receipt(
     } else {
         r.enforce(
             Capability::Syscalls,
-            format!("{engine} default seccomp profile"),
-            "the engine's default allowlist",
+            format!("{engine} with Strata's seccomp profile"),
+            "the process sandbox's allowlist: dangerous syscalls EPERM, unknown ones ENOSYS; set-id modes, device nodes and nested namespaces refused",
         );
     }
     r.enforce(
@@ -934,10 +941,10 @@ mod tests {
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
-        assert_eq!(
-            host.security_opt,
-            Some(vec!["no-new-privileges".to_string()])
-        );
+        let opts = host.security_opt.clone().unwrap_or_default();
+        assert_eq!(opts.len(), 2, "{opts:?}");
+        assert_eq!(opts[0], "no-new-privileges");
+        assert!(opts[1].starts_with("seccomp={"), "Strata's own profile");
         assert_eq!(host.pids_limit, Some(128));
         assert_eq!(host.memory, host.memory_swap);
         assert!(host
