@@ -33,12 +33,13 @@ pub use sandbox::{doctor, BackendChoice, Sandbox, SandboxBuilder};
 #[cfg(unix)]
 pub use sandbox_core::StdinSource;
 pub use sandbox_core::{
-    backend, caps, error, grant, output, receipt, size, tool, Access, Backend, BackendKind,
-    BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,
-    ContainerRuntime, ContainerSpec, Denial, DoctorReport, Enforcement, Error, ErrorKind,
-    ExitStatus, Gap, IdentityReceipt, IdentitySource, LimitKind, Limits, Mount, Net, NetRule,
-    OutputSink, Receipt, ResourceUsage, Result, RunContext, RunOutput, ScriptLanguage, Stream,
-    Strictness, SystemDirs, Tool, TrapKind, STDIN_BUFFER,
+    backend, caps, error, grant, output, receipt, report, size, spec, tool, Access, Backend,
+    BackendKind, BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,
+    ContainerRuntime, ContainerSpec, Denial, DoctorReport, EndReason, Enforcement, Error,
+    ErrorKind, ExitStatus, Gap, IdentityReceipt, IdentitySource, LandlockStatus, LimitKind, Limits,
+    Mount, MountRole, MountSpec, Net, NetRule, OutputSink, Receipt, ResourceUsage, Result,
+    RunContext, RunOutput, RunSpec, ScriptLanguage, SetupStage, Stream, Strictness, SystemDirs,
+    Tool, TrapKind, RUN_SPEC_VERSION, STDIN_BUFFER,
 };
 
 /// The process backend crate, for embedders that need its lower-level API.

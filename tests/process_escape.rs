@@ -624,11 +624,11 @@ fn grant_swapped_for_a_symlink_between_planning_and_mounting_fails_the_run() {
     let facts = plan::Facts {
         uid: 0,
         gid: 0,
-        memory_cgroup: false,
-        pids_cgroup: false,
+        cgroup_limits: false,
         mapped_identity: false,
     };
-    let (spec, command) = plan::plan(&tool, &caps, &facts, &plan::RealHost).expect("plan");
+    let run = strata::RunSpec::new(&caps, &plan::RealHost).expect("run spec");
+    let (spec, command) = plan::plan(&tool, run, &facts, &plan::RealHost).expect("plan");
     // Then swapped for a link to the secret before the helper mounts it.
     std::fs::remove_dir(&src).expect("rmdir");
     std::os::unix::fs::symlink(canary.dir.path(), &src).expect("symlink");
@@ -636,6 +636,7 @@ fn grant_swapped_for_a_symlink_between_planning_and_mounting_fails_the_run() {
     let outcome = supervise::run(
         prepared,
         &command,
+        spec.timeout(),
         supervise::Input {
             bytes: &[],
             stream: None,
@@ -646,12 +647,16 @@ fn grant_swapped_for_a_symlink_between_planning_and_mounting_fails_the_run() {
     )
     .expect("outcome");
     let failed = outcome.events.iter().find_map(|e| match e {
-        protocol::Event::SetupFailed { stage, errno, .. } => Some((stage.clone(), *errno)),
+        protocol::Event::SetupFailed {
+            stage, step, errno, ..
+        } => Some((*stage, step.clone(), *errno)),
         _ => None,
     });
-    let (stage, errno) = failed.expect("the helper refuses to mount through the swapped link");
-    assert!(stage.contains("open mount source"), "{stage}");
-    assert_eq!(errno, libc::ELOOP, "{stage}");
+    let (stage, step, errno) =
+        failed.expect("the helper refuses to mount through the swapped link");
+    assert_eq!(stage, protocol::SetupStage::RootFs, "{step}");
+    assert!(step.contains("open mount source"), "{step}");
+    assert_eq!(errno, libc::ELOOP, "{step}");
     assert!(!outcome
         .events
         .iter()

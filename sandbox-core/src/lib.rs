@@ -21,7 +21,9 @@ pub mod error;
 pub mod grant;
 pub mod output;
 pub mod receipt;
+pub mod report;
 pub mod size;
+pub mod spec;
 pub mod tool;
 mod validate;
 
@@ -39,5 +41,7 @@ pub use grant::{
 };
 pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput, TrapKind};
 pub use receipt::{Capability, Denial, Enforcement, Gap, IdentityReceipt, IdentitySource, Receipt};
+pub use report::{EndReason, LandlockStatus, SetupStage};
 pub use size::ByteSize;
+pub use spec::{MountRole, MountSpec, RunSpec, RUN_SPEC_VERSION};
 pub use tool::{ScriptLanguage, Tool};

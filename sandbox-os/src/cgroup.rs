@@ -219,15 +219,24 @@ pub fn detect() -> Result<Layout, String> {
     Ok(layout)
 }
 
-/// The per-run limits.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    /// Memory in bytes (swap is not allowed on top).
-    pub memory: u64,
-    /// Processes and threads.
-    pub pids: u32,
-    /// CPU bandwidth in cores.
-    pub cpus: f64,
+/// The limits a run's cgroup holds, as read back from the kernel after writing them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Memory limit, bytes (the kernel rounds to pages).
+    pub memory_bytes: u64,
+    /// Process and thread limit.
+    pub pids: u64,
+    /// CPU bandwidth: quota and period, microseconds (`None`: no CPU controller).
+    pub cpu: Option<(u64, u64)>,
+}
+
+impl Applied {
+    /// The CPU bandwidth in cores, if a quota is set.
+    pub fn cpus(&self) -> Option<f64> {
+        self.cpu
+            .filter(|(_, period)| *period > 0)
+            .map(|(quota, period)| quota as f64 / period as f64)
+    }
 }
 
 /// The CFS period Strata uses, in microseconds.
@@ -248,8 +257,8 @@ pub struct Stats {
     pub pids_refused: u64,
     /// CPU time of every process that ran in it, microseconds.
     pub cpu_us: Option<u64>,
-    /// A CPU quota was in force.
-    pub cpu_quota: bool,
+    /// The limits the cgroup held.
+    pub applied: Applied,
 }
 
 /// One run's cgroup(s). Removed on drop (after killing anything left inside).
@@ -257,7 +266,7 @@ pub struct Stats {
 pub struct RunCgroup {
     dirs: Vec<PathBuf>,
     version2: bool,
-    cpu_quota: bool,
+    applied: Applied,
     /// The file CPU usage is read from (`cpu.stat` on v2, `cpuacct.usage` on v1), if any.
     cpu_usage_file: Option<PathBuf>,
 }
@@ -265,8 +274,11 @@ pub struct RunCgroup {
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
 
 impl RunCgroup {
-    /// Creates the run's cgroup(s) and writes `limits`.
-    pub fn create(layout: &Layout, limits: Limits) -> io::Result<Self> {
+    /// Creates the run's cgroup(s), writes the memory, process and CPU limits of `limits`
+    /// and reads them back ([`RunCgroup::applied`]).
+    pub fn create(layout: &Layout, limits: &sandbox_core::Limits) -> io::Result<Self> {
+        let memory = limits.memory.bytes();
+        let pids = limits.processes;
         let name = format!(
             "run-{}-{}",
             std::process::id(),
@@ -275,36 +287,41 @@ impl RunCgroup {
         let mut run = RunCgroup {
             dirs: Vec::new(),
             version2: matches!(layout, Layout::V2 { .. }),
-            cpu_quota: false,
+            applied: Applied::default(),
             cpu_usage_file: None,
         };
         match layout {
             Layout::V2 { base } => {
                 let dir = run.make(base, &name)?;
-                fs::write(dir.join("memory.max"), limits.memory.to_string())?;
+                fs::write(dir.join("memory.max"), memory.to_string())?;
                 let _ = fs::write(dir.join("memory.swap.max"), "0");
-                fs::write(dir.join("pids.max"), limits.pids.to_string())?;
+                fs::write(dir.join("pids.max"), pids.to_string())?;
+                run.applied.memory_bytes = read_number(&dir.join("memory.max"))?;
+                run.applied.pids = read_number(&dir.join("pids.max"))?;
                 if dir.join("cpu.max").exists() {
                     let quota = format!("{} {CPU_PERIOD_US}", quota_us(limits.cpus));
                     fs::write(dir.join("cpu.max"), quota)?;
-                    run.cpu_quota = true;
+                    let text = fs::read_to_string(dir.join("cpu.max"))?;
+                    let mut parts = text.split_whitespace().map(str::parse::<u64>);
+                    if let (Some(Ok(quota)), Some(Ok(period))) = (parts.next(), parts.next()) {
+                        run.applied.cpu = Some((quota, period));
+                    }
                 }
             }
             Layout::V1 {
-                memory,
-                pids,
+                memory: memory_base,
+                pids: pids_base,
                 cpuacct,
                 cpu,
             } => {
-                let mem = run.make(memory, &name)?;
-                fs::write(mem.join("memory.limit_in_bytes"), limits.memory.to_string())?;
+                let mem = run.make(memory_base, &name)?;
+                fs::write(mem.join("memory.limit_in_bytes"), memory.to_string())?;
                 // Swap accounting is optional; where present, memory+swap gets the same cap.
-                let _ = fs::write(
-                    mem.join("memory.memsw.limit_in_bytes"),
-                    limits.memory.to_string(),
-                );
-                let pid = run.make(pids, &name)?;
-                fs::write(pid.join("pids.max"), limits.pids.to_string())?;
+                let _ = fs::write(mem.join("memory.memsw.limit_in_bytes"), memory.to_string());
+                run.applied.memory_bytes = read_number(&mem.join("memory.limit_in_bytes"))?;
+                let pid = run.make(pids_base, &name)?;
+                fs::write(pid.join("pids.max"), pids.to_string())?;
+                run.applied.pids = read_number(&pid.join("pids.max"))?;
                 for (base, sets_quota) in [(cpuacct, cpu.is_none()), (cpu, true)] {
                     let Some(base) = base else { continue };
                     let dir = run.make(base, &name)?;
@@ -314,7 +331,9 @@ impl RunCgroup {
                             dir.join("cpu.cfs_quota_us"),
                             quota_us(limits.cpus).to_string(),
                         )?;
-                        run.cpu_quota = true;
+                        let quota = read_number(&dir.join("cpu.cfs_quota_us"))?;
+                        let period = read_number(&dir.join("cpu.cfs_period_us"))?;
+                        run.applied.cpu = Some((quota, period));
                     }
                 }
             }
@@ -339,9 +358,9 @@ impl RunCgroup {
         Ok(dir)
     }
 
-    /// Whether a CPU quota was set.
-    pub fn has_cpu_quota(&self) -> bool {
-        self.cpu_quota
+    /// The limits as the kernel holds them.
+    pub fn applied(&self) -> Applied {
+        self.applied
     }
 
     /// CPU time used so far by every process in the run, microseconds.
@@ -369,7 +388,7 @@ impl RunCgroup {
                 .unwrap_or(0)
         };
         let mut stats = Stats {
-            cpu_quota: self.cpu_quota,
+            applied: self.applied,
             ..Stats::default()
         };
         for dir in &self.dirs {
@@ -433,6 +452,21 @@ impl RunCgroup {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
+}
+
+/// Reads a cgroup file holding one number (`max` reads as `u64::MAX`).
+fn read_number(path: &Path) -> io::Result<u64> {
+    let text = fs::read_to_string(path)?;
+    let text = text.trim();
+    if text == "max" {
+        return Ok(u64::MAX);
+    }
+    text.parse().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} holds {text:?}, not a number", path.display()),
+        )
+    })
 }
 
 impl Drop for RunCgroup {

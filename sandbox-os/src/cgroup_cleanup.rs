@@ -19,9 +19,17 @@ use std::time::{Duration, Instant};
 /// How long removal retries while the kernel releases the last task of a cgroup.
 const RETRY_FOR: Duration = Duration::from_millis(200);
 
+/// One piece of background work.
+enum Job {
+    /// Remove these cgroup directories.
+    Remove(Vec<PathBuf>),
+    /// Tear down what a finished run left: reap its helper, drop its cgroup.
+    Teardown(Box<dyn FnOnce() + Send>),
+}
+
 #[derive(Default)]
 struct Queue {
-    pending: VecDeque<Vec<PathBuf>>,
+    pending: VecDeque<Job>,
     /// Batches queued or being removed.
     unfinished: usize,
 }
@@ -63,7 +71,10 @@ impl Janitor {
                         .unwrap_or_else(|poisoned| poisoned.into_inner());
                 }
             };
-            remove_now(&batch);
+            match batch {
+                Job::Remove(dirs) => remove_now(&dirs),
+                Job::Teardown(work) => work(),
+            }
             let mut queue = lock(&self.queue);
             queue.unfinished = queue.unfinished.saturating_sub(1);
             if queue.unfinished == 0 {
@@ -79,18 +90,33 @@ pub fn remove_later(dirs: Vec<PathBuf>) {
     if dirs.is_empty() {
         return;
     }
-    match janitor() {
-        Some(janitor) => {
-            let mut queue = lock(&janitor.queue);
-            queue.pending.push_back(dirs);
-            queue.unfinished += 1;
-            janitor.work.notify_one();
-        }
-        None => remove_now(&dirs),
+    if let Err(Job::Remove(dirs)) = queue(Job::Remove(dirs)) {
+        remove_now(&dirs);
     }
 }
 
-/// Waits until every cgroup handed to [`remove_later`] is removed, at most `timeout`.
+/// Runs `work` on the cleanup thread: a finished run's teardown (killing and reaping its
+/// helper, removing its cgroup) after its result went back to the caller. Runs it now if
+/// that thread could not be started. [`flush`] waits for it too.
+pub fn teardown_later(work: impl FnOnce() + Send + 'static) {
+    if let Err(Job::Teardown(work)) = queue(Job::Teardown(Box::new(work))) {
+        work();
+    }
+}
+
+fn queue(job: Job) -> Result<(), Job> {
+    let Some(janitor) = janitor() else {
+        return Err(job);
+    };
+    let mut queue = lock(&janitor.queue);
+    queue.pending.push_back(job);
+    queue.unfinished += 1;
+    janitor.work.notify_one();
+    Ok(())
+}
+
+/// Waits until every cgroup handed to [`remove_later`] is removed and every
+/// [`teardown_later`] has run, at most `timeout`.
 /// Returns whether the queue is empty.
 pub fn flush(timeout: Duration) -> bool {
     let Some(janitor) = janitor() else {

@@ -20,7 +20,7 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
-use crate::protocol::{MountRole, Spec};
+use crate::protocol::{LandlockStatus, MountRole, Spec};
 
 /// The landlock ABI whose rights Strata asks for. Newer kernels enforce all of them;
 /// older ones enforce a subset and the receipt says "partially enforced".
@@ -100,7 +100,7 @@ pub fn rules(spec: &Spec) -> Vec<Rule> {
     }
     if spec.workdir_is_scratch {
         rules.push(Rule {
-            path: spec.workdir.clone(),
+            path: spec.workdir().to_path_buf(),
             grant: Grant::ReadWrite,
         });
     }
@@ -126,7 +126,7 @@ pub fn rules(spec: &Spec) -> Vec<Rule> {
             });
         }
     }
-    for mount in spec.mounts.iter().filter(|m| {
+    for mount in spec.mounts().into_iter().filter(|m| {
         // Inside a grant that already has its rule; landlock could not narrow it anyway.
         !matches!(m.role, MountRole::HostExecuted | MountRole::Pin)
     }) {
@@ -149,8 +149,8 @@ pub fn rules(spec: &Spec) -> Vec<Rule> {
 pub struct Status {
     /// Kernel ABI (0 = no landlock).
     pub abi: i32,
-    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
-    pub status: &'static str,
+    /// How much of the policy the kernel enforces.
+    pub status: LandlockStatus,
     /// Signal and abstract-socket scoping in force.
     pub scoped: bool,
 }
@@ -181,9 +181,9 @@ pub fn enforce(rules: &[Rule], kernel_abi: i32) -> Result<Status, landlock::Rule
     Ok(Status {
         abi: kernel_abi,
         status: match status.ruleset {
-            RulesetStatus::FullyEnforced => "fully_enforced",
-            RulesetStatus::PartiallyEnforced => "partially_enforced",
-            RulesetStatus::NotEnforced => "not_enforced",
+            RulesetStatus::FullyEnforced => LandlockStatus::FullyEnforced,
+            RulesetStatus::PartiallyEnforced => LandlockStatus::PartiallyEnforced,
+            RulesetStatus::NotEnforced => LandlockStatus::NotEnforced,
         },
         scoped,
     })
@@ -192,50 +192,50 @@ pub fn enforce(rules: &[Rule], kernel_abi: i32) -> Result<Status, landlock::Rule
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{MountSpec, NetMode};
+    use crate::protocol::MountSpec;
+
+    fn mount(source: &str, target: &str, writable: bool, role: MountRole) -> MountSpec {
+        MountSpec {
+            source: source.into(),
+            target: target.into(),
+            writable,
+            is_dir: true,
+            exec: true,
+            role,
+            followed_from: None,
+        }
+    }
 
     fn spec() -> Spec {
         Spec {
-            workdir: "/tmp".into(),
+            run: sandbox_core::RunSpec {
+                version: sandbox_core::RUN_SPEC_VERSION,
+                mounts: vec![
+                    mount("/home/u/out", "/out", true, MountRole::Grant),
+                    mount(
+                        "/home/u/out/.git/hooks",
+                        "/out/.git/hooks",
+                        false,
+                        MountRole::HostExecuted,
+                    ),
+                ],
+                system: sandbox_core::SystemDirs::Runtime,
+                env: Default::default(),
+                workdir: "/tmp".into(),
+                net: sandbox_core::Net::None,
+                limits: Default::default(),
+                agent: None,
+                protect_host_executed: true,
+            },
+            system_mounts: vec![mount("/usr", "/usr", false, MountRole::System)],
             workdir_is_scratch: false,
             links: vec![],
-            mounts: vec![
-                MountSpec {
-                    source: "/usr".into(),
-                    target: "/usr".into(),
-                    writable: false,
-                    is_dir: true,
-                    exec: true,
-                    role: MountRole::System,
-                    followed_from: None,
-                },
-                MountSpec {
-                    source: "/home/u/out".into(),
-                    target: "/out".into(),
-                    writable: true,
-                    is_dir: true,
-                    exec: true,
-                    role: MountRole::Grant,
-                    followed_from: None,
-                },
-                MountSpec {
-                    source: "/home/u/out/.git/hooks".into(),
-                    target: "/out/.git/hooks".into(),
-                    writable: false,
-                    is_dir: true,
-                    exec: true,
-                    role: MountRole::HostExecuted,
-                    followed_from: None,
-                },
-            ],
             files: vec![],
-            scratch_bytes: 1 << 20,
-            scratch_inodes: 100,
-            net: NetMode::Isolated,
             uid: 1000,
             gid: 1000,
             host_ids: None,
-            rlimits: vec![],
+            fresh_ids: false,
+            cgroup_limits: true,
             landlock: true,
             require_landlock: true,
             cgroup_procs: vec![],

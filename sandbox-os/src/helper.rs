@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 use crate::fs_policy;
 use crate::identity::{EMBEDDER_INSIDE_ID, NEWGIDMAP, NEWUIDMAP};
 use crate::protocol::{
-    self, Command, Enforced, Event, Fault, FrameBuffer, HostMessage, NetMode, Rlimit, Spec,
+    self, Command, EndReason, Enforced, Event, Fault, FrameBuffer, HostMessage, LandlockStatus,
+    NetMode, Rlimit, SetupStage, Spec,
 };
 use crate::rootfs;
 use crate::seccomp;
@@ -63,9 +64,15 @@ fn send(control: &UnixStream, event: &Event) {
     }
 }
 
-fn setup_failed(stage: impl Into<String>, err: &io::Error, unenforceable: Option<&str>) -> Event {
+fn setup_failed(
+    stage: SetupStage,
+    step: impl Into<String>,
+    err: &io::Error,
+    unenforceable: Option<&str>,
+) -> Event {
     Event::SetupFailed {
-        stage: stage.into(),
+        stage,
+        step: step.into(),
         errno: err.raw_os_error().unwrap_or(0),
         message: err.to_string(),
         unenforceable: unenforceable.map(str::to_string),
@@ -86,6 +93,14 @@ fn supervise() -> i32 {
         Ok(Some(spec)) => spec,
         _ => return 4,
     };
+    if let Err(e) = spec.run.check_version() {
+        let err = io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+        send(
+            &control,
+            &setup_failed(SetupStage::Spec, "read the run spec", &err, None),
+        );
+        return 0;
+    }
     sys::ignore_signal(libc::SIGPIPE);
     let host_ids = sys::ids();
     // The supervisor and init are outside the tool's reach; when the run's memory limit is
@@ -101,7 +116,10 @@ fn supervise() -> i32 {
     let ((status_r, status_w), (go_r, go_w)) = match pipes {
         Ok(p) => p,
         Err(e) => {
-            send(&control, &setup_failed("init pipes", &e, None));
+            send(
+                &control,
+                &setup_failed(SetupStage::Processes, "init pipes", &e, None),
+            );
             return 0;
         }
     };
@@ -112,12 +130,18 @@ fn supervise() -> i32 {
         }
         Ok(sys::Fork::Parent(pid)) => pid,
         Err(e) => {
-            send(&control, &setup_failed("fork init", &e, None));
+            send(
+                &control,
+                &setup_failed(SetupStage::Processes, "fork init", &e, None),
+            );
             return 0;
         }
     };
     drop((status_w, go_r));
-    supervise_init(&control, status_r, go_w, init);
+    // Only init and the tool use the run's stdio: without the supervisor's copies, the
+    // host sees end of file on the output as soon as the tool's processes are gone.
+    sys::close_stdio();
+    supervise_init(&control, status_r, go_w, init, spec.timeout());
     0
 }
 
@@ -252,6 +276,7 @@ fn prepare_namespaces(
     if spec.host_ids.is_some() && (spec.uid == EMBEDDER_INSIDE_ID || spec.gid == EMBEDDER_INSIDE_ID)
     {
         return Err(setup_failed(
+            SetupStage::IdMaps,
             "map identities",
             &io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -262,13 +287,20 @@ fn prepare_namespaces(
     }
     let mapper = match spec.host_ids {
         Some(_) => Some(Mapper::spawn(maps).map_err(|e| {
-            setup_failed("fork id mapper", &e, Some("identity: per-agent host ids"))
+            setup_failed(
+                SetupStage::IdMaps,
+                "fork id mapper",
+                &e,
+                Some("identity: per-agent host ids"),
+            )
         })?),
         None => None,
     };
     if host_uid == 0 {
         // Root: drop supplementary groups before they are frozen by setgroups=deny.
-        sys::clear_groups().map_err(|e| setup_failed("drop supplementary groups", &e, None))?;
+        sys::clear_groups().map_err(|e| {
+            setup_failed(SetupStage::Identity, "drop supplementary groups", &e, None)
+        })?;
     }
     for procs in &spec.cgroup_procs {
         let joined = if spec.fault == Some(Fault::Cgroup) {
@@ -278,6 +310,7 @@ fn prepare_namespaces(
         };
         joined.map_err(|e| {
             setup_failed(
+                SetupStage::Cgroup,
                 format!("join cgroup {}", procs.display()),
                 &e,
                 Some("resources: cgroup memory and pids limits"),
@@ -290,7 +323,7 @@ fn prepare_namespaces(
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWCGROUP;
-    if spec.net == NetMode::Isolated {
+    if spec.net() == NetMode::Isolated {
         flags |= libc::CLONE_NEWNET;
     }
     let unshared = if spec.fault == Some(Fault::Namespaces) {
@@ -300,16 +333,18 @@ fn prepare_namespaces(
     };
     unshared.map_err(|e| {
         setup_failed(
+            SetupStage::Namespaces,
             "create namespaces",
             &e,
             Some("isolation: user, mount, pid, ipc, uts and network namespaces"),
         )
     })?;
     std::fs::write("/proc/self/setgroups", "deny")
-        .map_err(|e| setup_failed("write setgroups", &e, None))?;
+        .map_err(|e| setup_failed(SetupStage::IdMaps, "write setgroups", &e, None))?;
     match mapper {
         Some(mapper) => mapper.write_maps().map_err(|e| {
             setup_failed(
+                SetupStage::IdMaps,
                 "write uid_map and gid_map",
                 &e,
                 Some("identity: per-agent host ids"),
@@ -318,6 +353,7 @@ fn prepare_namespaces(
         None => {
             std::fs::write("/proc/self/uid_map", IdMaps::text(&maps.uid)).map_err(|e| {
                 setup_failed(
+                    SetupStage::IdMaps,
                     "write uid_map",
                     &e,
                     Some("isolation: user namespace uid map"),
@@ -325,6 +361,7 @@ fn prepare_namespaces(
             })?;
             std::fs::write("/proc/self/gid_map", IdMaps::text(&maps.gid)).map_err(|e| {
                 setup_failed(
+                    SetupStage::IdMaps,
                     "write gid_map",
                     &e,
                     Some("isolation: user namespace gid map"),
@@ -332,16 +369,24 @@ fn prepare_namespaces(
             })?;
         }
     }
-    sys::set_hostname("strata").map_err(|e| setup_failed("set hostname", &e, None))?;
-    if spec.net == NetMode::Isolated {
-        sys::loopback_up().map_err(|e| setup_failed("bring up loopback", &e, None))?;
+    sys::set_hostname("strata")
+        .map_err(|e| setup_failed(SetupStage::Namespaces, "set hostname", &e, None))?;
+    if spec.net() == NetMode::Isolated {
+        sys::loopback_up()
+            .map_err(|e| setup_failed(SetupStage::Network, "bring up loopback", &e, None))?;
     }
     Ok(())
 }
 
 /// The supervisor's loop: relay the command to init, events to the host, enforce the
 /// deadline, and kill init (and with it the whole pid namespace) when needed.
-fn supervise_init(control: &UnixStream, status_r: OwnedFd, go_w: OwnedFd, init: libc::pid_t) {
+fn supervise_init(
+    control: &UnixStream,
+    status_r: OwnedFd,
+    go_w: OwnedFd,
+    init: libc::pid_t,
+    timeout: Duration,
+) {
     let pidfd = sys::pidfd_open(init).ok();
     let mut go_w = Some(go_w);
     let mut from_init = FrameBuffer::default();
@@ -349,14 +394,14 @@ fn supervise_init(control: &UnixStream, status_r: OwnedFd, go_w: OwnedFd, init: 
     let mut deadline: Option<Instant> = None;
     let mut tool_timeout = Duration::ZERO;
     let mut started = false;
-    let mut killed: Option<String> = None;
-    let mut final_event: Option<Event> = None;
+    let mut killed: Option<EndReason> = None;
+    let mut exited_sent = false;
     let mut status_open = true;
     let mut host_open = true;
     let mut buf = vec![0u8; 64 * 1024];
-    let kill_init = |killed: &mut Option<String>, reason: &str| {
+    let kill_init = |killed: &mut Option<EndReason>, reason: EndReason| {
         if killed.is_none() {
-            *killed = Some(reason.to_string());
+            *killed = Some(reason);
         }
         let _ = sys::kill(init, libc::SIGKILL);
     };
@@ -380,13 +425,13 @@ fn supervise_init(control: &UnixStream, status_r: OwnedFd, go_w: OwnedFd, init: 
             pollfd(pidfd.as_ref().map(|p| p.as_raw_fd())),
         ];
         if sys::poll(&mut fds, timeout_ms).is_err() {
-            kill_init(&mut killed, "internal");
+            kill_init(&mut killed, EndReason::Internal);
         }
         if killed.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
             let reason = if tool_timeout.is_zero() || !started {
-                "setup_timeout"
+                EndReason::SetupTimeout
             } else {
-                "wall"
+                EndReason::Wall
             };
             kill_init(&mut killed, reason);
         }
@@ -395,7 +440,7 @@ fn supervise_init(control: &UnixStream, status_r: OwnedFd, go_w: OwnedFd, init: 
                 Ok(0) | Err(_) => {
                     // The embedder is gone: nothing may outlive it.
                     host_open = false;
-                    kill_init(&mut killed, "host_gone");
+                    kill_init(&mut killed, EndReason::HostGone);
                 }
                 Ok(n) => {
                     from_host.push(&buf[..n]);
@@ -406,13 +451,13 @@ fn supervise_init(control: &UnixStream, status_r: OwnedFd, go_w: OwnedFd, init: 
                                     // Until the tool starts, building the sandbox gets its own
                                     // generous deadline; the tool's timeout starts at exec.
                                     deadline = Some(Instant::now() + SETUP_DEADLINE);
-                                    tool_timeout = Duration::from_millis(command.timeout_ms);
+                                    tool_timeout = timeout;
                                     if write_frame_fd(&go, &command).is_err() {
-                                        kill_init(&mut killed, "internal");
+                                        kill_init(&mut killed, EndReason::Internal);
                                     }
                                 }
                             }
-                            HostMessage::Kill { reason } => kill_init(&mut killed, &reason),
+                            HostMessage::Kill { reason } => kill_init(&mut killed, reason),
                         }
                     }
                 }
@@ -425,7 +470,29 @@ fn supervise_init(control: &UnixStream, status_r: OwnedFd, go_w: OwnedFd, init: 
                     from_init.push(&buf[..n]);
                     while let Ok(Some(event)) = from_init.next_frame::<Event>() {
                         match event {
-                            Event::Exited { .. } => final_event = Some(event),
+                            Event::Exited {
+                                wait_status,
+                                user_cpu_us,
+                                system_cpu_us,
+                                max_rss_bytes,
+                                scratch_full,
+                                ..
+                            } => {
+                                // Init reaped every process of the run: report at once; the
+                                // namespaces are torn down after the host has its result.
+                                exited_sent = true;
+                                send(
+                                    control,
+                                    &Event::Exited {
+                                        wait_status,
+                                        killed,
+                                        user_cpu_us,
+                                        system_cpu_us,
+                                        max_rss_bytes,
+                                        scratch_full,
+                                    },
+                                );
+                            }
                             Event::Started => {
                                 started = true;
                                 deadline = Some(Instant::now() + tool_timeout);
@@ -446,33 +513,20 @@ fn supervise_init(control: &UnixStream, status_r: OwnedFd, go_w: OwnedFd, init: 
         }
     }
     let _ = sys::wait4(init, libc::__WALL);
-    let usage = sys::children_usage();
-    let event = match final_event {
-        Some(Event::Exited {
-            wait_status,
-            user_cpu_us,
-            system_cpu_us,
-            max_rss_bytes,
-            scratch_full,
-            ..
-        }) => Event::Exited {
-            wait_status,
-            killed,
-            user_cpu_us: user_cpu_us.max(usage.user_us),
-            system_cpu_us: system_cpu_us.max(usage.system_us),
-            max_rss_bytes,
-            scratch_full,
-        },
-        _ => Event::Exited {
-            wait_status: None,
-            killed: killed.or_else(|| Some("init_died".into())),
-            user_cpu_us: usage.user_us,
-            system_cpu_us: usage.system_us,
-            max_rss_bytes: usage.max_rss,
-            scratch_full: false,
-        },
-    };
-    send(control, &event);
+    if !exited_sent {
+        let usage = sys::children_usage();
+        send(
+            control,
+            &Event::Exited {
+                wait_status: None,
+                killed: killed.or(Some(EndReason::InitDied)),
+                user_cpu_us: usage.user_us,
+                system_cpu_us: usage.system_us,
+                max_rss_bytes: usage.max_rss,
+                scratch_full: false,
+            },
+        );
+    }
 }
 
 fn pollfd(fd: Option<RawFd>) -> libc::pollfd {
@@ -522,9 +576,10 @@ fn init_main(spec: &Spec, maps: &IdMaps, status: OwnedFd, go: OwnedFd) -> ! {
     sys::exit_now(0)
 }
 
-fn unenforceable(stage: &str, message: String, guarantee: &str) -> Event {
+fn unenforceable(stage: SetupStage, step: &str, message: String, guarantee: &str) -> Event {
     Event::SetupFailed {
-        stage: stage.into(),
+        stage,
+        step: step.into(),
         errno: 0,
         message,
         unenforceable: Some(guarantee.into()),
@@ -534,14 +589,16 @@ fn unenforceable(stage: &str, message: String, guarantee: &str) -> Event {
 fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Result<(), Event> {
     // If the supervisor dies (host SIGKILLed it), init dies, and with it the namespace.
     sys::set_parent_death_signal(libc::SIGKILL)
-        .map_err(|e| setup_failed("parent death signal", &e, None))?;
+        .map_err(|e| setup_failed(SetupStage::Processes, "parent death signal", &e, None))?;
     // The tool shares our uid; non-dumpable keeps /proc/1/{mem,exe,environ} out of its reach.
-    sys::set_not_dumpable().map_err(|e| setup_failed("set non-dumpable", &e, None))?;
+    sys::set_not_dumpable()
+        .map_err(|e| setup_failed(SetupStage::Processes, "set non-dumpable", &e, None))?;
     // New files get exactly the modes setup asks for.
     sys::umask(0);
 
     let built = rootfs::build(spec).map_err(|e| Event::SetupFailed {
-        stage: e.stage,
+        stage: SetupStage::RootFs,
+        step: e.stage,
         errno: e.source.raw_os_error().unwrap_or(0),
         message: e.source.to_string(),
         unenforceable: None,
@@ -565,36 +622,56 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
     // maps point at its own host identity; capabilities in the namespace stay until below.
     sys::become_ids(spec.uid, spec.gid).map_err(|e| {
         setup_failed(
+            SetupStage::Identity,
             "take the tool's ids",
             &e,
             Some("identity: per-agent host ids"),
         )
     })?;
-    sys::drop_capabilities_except(keep_mask)
-        .map_err(|e| setup_failed("drop capabilities", &e, Some("privileges: capability drop")))?;
-    sys::set_no_new_privs()
-        .map_err(|e| setup_failed("no_new_privs", &e, Some("privileges: no_new_privs")))?;
+    sys::drop_capabilities_except(keep_mask).map_err(|e| {
+        setup_failed(
+            SetupStage::Capabilities,
+            "drop capabilities",
+            &e,
+            Some("privileges: capability drop"),
+        )
+    })?;
+    sys::set_no_new_privs().map_err(|e| {
+        setup_failed(
+            SetupStage::NoNewPrivs,
+            "no_new_privs",
+            &e,
+            Some("privileges: no_new_privs"),
+        )
+    })?;
 
     let abi = sys::landlock_abi();
     let landlock = if !spec.landlock {
         fs_policy::Status {
             abi,
-            status: "not_enforced",
+            status: LandlockStatus::NotEnforced,
             scoped: false,
         }
     } else if spec.fault == Some(Fault::Landlock) {
         fs_policy::Status {
             abi: 0,
-            status: "not_enforced",
+            status: LandlockStatus::NotEnforced,
             scoped: false,
         }
     } else {
-        fs_policy::enforce(&fs_policy::rules(spec), abi)
-            .map_err(|e| unenforceable("landlock", e.to_string(), "fs: landlock"))?
+        fs_policy::enforce(&fs_policy::rules(spec), abi).map_err(|e| {
+            unenforceable(
+                SetupStage::Landlock,
+                "install landlock rules",
+                e.to_string(),
+                "fs: landlock",
+            )
+        })?
     };
-    if spec.require_landlock && landlock.status == "not_enforced" {
+    if spec.require_landlock && !landlock.status.is_enforced() {
         return Err(Event::SetupFailed {
-            stage: "landlock".into(),
+            stage: SetupStage::Landlock,
+            step: "check landlock".into(),
             errno: libc::ENOSYS,
             message: format!(
                 "landlock is not enforced by this kernel (ABI {})",
@@ -606,7 +683,8 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
 
     if sys::real_ids() != (spec.uid, spec.gid) {
         return Err(unenforceable(
-            "identity",
+            SetupStage::Identity,
+            "check the tool's ids",
             format!(
                 "init runs as {:?}, not the planned uid {} gid {}",
                 sys::real_ids(),
@@ -616,22 +694,35 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
             "identity: per-agent host ids",
         ));
     }
-    let filters = seccomp::build()
-        .map_err(|e| unenforceable("seccomp build", e.to_string(), "syscalls: seccomp"))?;
+    let filters = seccomp::build().map_err(|e| {
+        unenforceable(
+            SetupStage::Seccomp,
+            "build the filter",
+            e.to_string(),
+            "syscalls: seccomp",
+        )
+    })?;
     if spec.fault == Some(Fault::Seccomp) {
         return Err(unenforceable(
-            "seccomp install",
+            SetupStage::Seccomp,
+            "install the filter",
             "simulated failure".into(),
             "syscalls: seccomp",
         ));
     }
-    seccomp::install(&filters)
-        .map_err(|e| unenforceable("seccomp install", e.to_string(), "syscalls: seccomp"))?;
+    seccomp::install(&filters).map_err(|e| {
+        unenforceable(
+            SetupStage::Seccomp,
+            "install the filter",
+            e.to_string(),
+            "syscalls: seccomp",
+        )
+    })?;
 
     let enforced = Enforced {
         namespaces: namespaces(spec),
         landlock_abi: landlock.abi,
-        landlock_status: landlock.status.to_string(),
+        landlock_status: landlock.status,
         landlock_scoped: landlock.scoped,
         seccomp_allowed: seccomp::ALLOWED.len(),
         seccomp_denied: seccomp::DENIED.len() + seccomp::DENIED_WHEN.len(),
@@ -642,6 +733,15 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
         gid_map: maps.gid.clone(),
         fds_closed: true,
         memfd_noexec: built.memfd_noexec,
+        mounts: spec.mounts().into_iter().cloned().collect(),
+        net: spec.net(),
+        scratch_bytes: built
+            .scratch
+            .as_ref()
+            .and_then(|fd| sys::fs_size(fd.as_raw_fd()).ok())
+            .unwrap_or(0),
+        rlimits: spec.rlimits(),
+        timeout_ms: u64::try_from(spec.timeout().as_millis()).unwrap_or(u64::MAX),
     };
     let _ = write_frame_fd(
         status,
@@ -655,8 +755,11 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
         return Ok(()); // the host went away before using this sandbox
     };
 
-    let (exec_r, exec_w) = sys::pipe().map_err(|e| setup_failed("exec pipe", &e, None))?;
-    let tool = match sys::fork().map_err(|e| setup_failed("fork tool", &e, None))? {
+    let (exec_r, exec_w) =
+        sys::pipe().map_err(|e| setup_failed(SetupStage::Processes, "exec pipe", &e, None))?;
+    let tool = match sys::fork()
+        .map_err(|e| setup_failed(SetupStage::Processes, "fork tool", &e, None))?
+    {
         sys::Fork::Child => {
             drop(exec_r);
             tool_main(spec, &command, exec_w)
@@ -670,6 +773,8 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
     }
     drop(exec_r);
     let _ = write_frame_fd(status, &Event::Started);
+    // The tool has the run's stdio now; init keeps none of it (see the supervisor).
+    sys::close_stdio();
 
     // Reap everything; the run ends when the tool's main process exits.
     let (wait_status, usage) = loop {
@@ -682,6 +787,17 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
             Err(_) => {}
         }
     };
+    // Then everything the tool left running: as pid 1, kill(-1) reaches every other
+    // process of this pid namespace. Reaped here, so the run's end is reported only when
+    // nothing of it is alive.
+    let _ = sys::kill(-1, libc::SIGKILL);
+    loop {
+        match sys::wait4(-1, libc::__WALL) {
+            Ok(Some(_)) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            _ => break,
+        }
+    }
     let all = sys::children_usage();
     let scratch_full = built
         .scratch
@@ -704,7 +820,7 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
 
 fn namespaces(spec: &Spec) -> Vec<String> {
     let mut ns = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
-    if spec.net == NetMode::Isolated {
+    if spec.net() == NetMode::Isolated {
         ns.push("net");
     }
     ns.into_iter().map(String::from).collect()
@@ -726,7 +842,7 @@ fn tool_main(spec: &Spec, command: &Command, exec_w: OwnedFd) -> ! {
     sys::umask(0o022);
     // The tool, not the helper, is the OOM killer's choice at the run's memory limit.
     let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
-    for limit in &spec.rlimits {
+    for limit in &spec.rlimits() {
         let resource = match limit.resource {
             Rlimit::Cpu => libc::RLIMIT_CPU,
             Rlimit::Fsize => libc::RLIMIT_FSIZE,
@@ -739,8 +855,8 @@ fn tool_main(spec: &Spec, command: &Command, exec_w: OwnedFd) -> ! {
             fail(&command.program, e);
         }
     }
-    if let Err(e) = std::env::set_current_dir(&spec.workdir) {
-        fail(&format!("(workdir {})", spec.workdir.display()), e);
+    if let Err(e) = std::env::set_current_dir(spec.workdir()) {
+        fail(&format!("(workdir {})", spec.workdir().display()), e);
     }
     let path = match resolve_program(&command.program, &command.env) {
         Ok(path) => path,

@@ -6,12 +6,10 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use sandbox_core::grant::{self, EntryKind, HostLookup};
-use sandbox_core::{Access, Caps, Error, Result, ScriptLanguage, Tool};
+use sandbox_core::grant::{EntryKind, HostLookup};
+use sandbox_core::{Error, Result, RunSpec, ScriptLanguage, Tool};
 
-use crate::protocol::{
-    Command, FileSpec, LinkSpec, MountRole, MountSpec, NetMode, Rlimit, RlimitSpec, Spec,
-};
+use crate::protocol::{Command, FileSpec, LinkSpec, MountRole, MountSpec, Spec};
 
 /// The host file-system facts planning needs: [`HostLookup`] for the caller's grants
 /// (resolved without following symlinks), and these for the system directories.
@@ -63,10 +61,9 @@ pub struct Facts {
     pub uid: u32,
     /// Caller's gid.
     pub gid: u32,
-    /// A memory cgroup will cap memory (otherwise `RLIMIT_AS` does).
-    pub memory_cgroup: bool,
-    /// A pids cgroup will cap processes (otherwise `RLIMIT_NPROC` does).
-    pub pids_cgroup: bool,
+    /// A cgroup will cap memory and processes (otherwise `RLIMIT_AS` and `RLIMIT_NPROC`
+    /// stand in, per process and per uid).
+    pub cgroup_limits: bool,
     /// The tool runs under a host identity of its own, and the embedder's ids appear
     /// inside at [`crate::identity::EMBEDDER_INSIDE_ID`].
     pub mapped_identity: bool,
@@ -86,79 +83,17 @@ pub fn script_argv(language: ScriptLanguage, source: &str) -> Vec<String> {
 /// Default `PATH` inside the sandbox.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
-/// The mounts of one caller's grant: the grant itself at its resolved host path (refused
-/// when its host path holds a symlink and the grant does not follow symlinks), and, for a
-/// writable directory, its existing host-executed paths bound read-only with their parent
-/// directories pinned (unless the caps opt out). Entries that another, deeper grant of the
-/// caller covers are left to that grant. Shared by the process sandbox and the container
-/// engine runtimes.
-pub(crate) fn grant_mounts(
-    mount: &sandbox_core::Mount,
-    caps: &Caps,
-    host: &dyn HostView,
-    mounts: &mut Vec<MountSpec>,
-) -> Result<()> {
-    let grant = grant::resolve(mount, host)?;
-    let writable = mount.access == Access::ReadWrite;
-    mounts.push(MountSpec {
-        source: grant.resolved.clone(),
-        target: mount.guest.clone(),
-        writable,
-        is_dir: grant.is_dir,
-        exec: true,
-        role: MountRole::Grant,
-        followed_from: grant.followed_symlinks.then(|| grant.requested.clone()),
-    });
-    if !(writable && grant.is_dir && caps.protect_host_executed) {
-        return Ok(());
-    }
-    let found = grant::host_executed(&grant.resolved, host);
-    if let Some(err) = found.refusal(&grant.resolved) {
-        return Err(err);
-    }
-    // Inside another, deeper grant of the caller, the path shows that grant's content (and
-    // that grant gets its own protection); a deeper grant further down changes nothing.
-    let covered = |target: &Path| {
-        caps.mounts.iter().any(|other| {
-            other.guest != mount.guest
-                && other.guest.starts_with(&mount.guest)
-                && target.starts_with(&other.guest)
-        })
-    };
-    let pins = found.pins.iter().map(|rel| (rel, true, MountRole::Pin));
-    let read_only = found
-        .read_only
-        .iter()
-        .map(|(rel, is_dir)| (rel, *is_dir, MountRole::HostExecuted));
-    for (rel, is_dir, role) in pins.chain(read_only) {
-        let target = mount.guest.join(rel);
-        if covered(&target) {
-            continue;
-        }
-        mounts.push(MountSpec {
-            source: grant.resolved.join(rel),
-            target,
-            writable: role == MountRole::Pin,
-            is_dir,
-            exec: true,
-            role,
-            followed_from: None,
-        });
-    }
-    Ok(())
-}
-
-/// Builds the sandbox's shape and the command to run in it. Refuses (with
-/// `InvalidRequest`) anything no sandbox could honour: missing mount sources, a
-/// `Tool::Wasm` (another backend's job), bad caps.
+/// Builds the sandbox's shape and the command to run in it: the run's [`RunSpec`] (built
+/// once from the caps by [`RunSpec::new`]), wrapped with what the process sandbox adds
+/// (system directories, passwd and group files, the tool's inside ids). Refuses (with
+/// `InvalidRequest`) a `Tool::Wasm` (another backend's job) or a bad tool; and (with
+/// `Unenforceable`) a network allowlist, which needs the egress proxy.
 pub fn plan(
     tool: &Tool,
-    caps: &Caps,
+    run: RunSpec,
     facts: &Facts,
     host: &dyn HostView,
 ) -> Result<(Spec, Command)> {
-    tool.validate()?;
-    caps.validate()?;
     let argv =
         match tool {
             Tool::Command { argv } => argv.clone(),
@@ -172,23 +107,35 @@ pub fn plan(
                 ))
             }
         };
+    tool.validate()?;
+    match &run.net {
+        sandbox_core::Net::None | sandbox_core::Net::Host => {}
+        sandbox_core::Net::Allow(rules) if rules.is_empty() => {}
+        sandbox_core::Net::Allow(_) => {
+            return Err(Error::unenforceable(
+                "net: allowlist",
+                "the process backend has no egress proxy yet; use net none, or host (unrestricted)",
+            ))
+        }
+        _ => return Err(Error::unenforceable("net", "unknown network policy")),
+    }
     let program = argv[0].clone();
 
-    let mut env: Vec<String> = caps.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut env: Vec<String> = run.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     for (key, value) in [
         ("PATH", DEFAULT_PATH),
         ("HOME", "/tmp"),
         ("LANG", "C.UTF-8"),
     ] {
-        if !caps.env.contains_key(key) {
+        if !run.env.contains_key(key) {
             env.push(format!("{key}={value}"));
         }
     }
 
     let mut links = Vec::new();
-    let mut mounts: Vec<MountSpec> = Vec::new();
-    let user_targets: Vec<&Path> = caps.mounts.iter().map(|m| m.guest.as_path()).collect();
-    for system in caps.system.paths() {
+    let mut system_mounts: Vec<MountSpec> = Vec::new();
+    let user_targets: Vec<&Path> = run.mounts.iter().map(|m| m.target.as_path()).collect();
+    for system in run.system.paths() {
         let path = Path::new(system);
         if user_targets.contains(&path) {
             continue;
@@ -204,7 +151,7 @@ pub fn plan(
             continue; // not on this host (e.g. /lib32)
         };
         let is_dir = host.is_dir(&source).unwrap_or(false);
-        mounts.push(MountSpec {
+        system_mounts.push(MountSpec {
             source,
             target: path.to_path_buf(),
             writable: false,
@@ -214,20 +161,16 @@ pub fn plan(
             followed_from: None,
         });
     }
-    for mount in &caps.mounts {
-        grant_mounts(mount, caps, host, &mut mounts)?;
-    }
-    // Stable: a grant's pins and read-only entries follow it at equal depth.
-    mounts.sort_by_key(|m| m.target.components().count());
 
-    let workdir = caps.effective_workdir().to_path_buf();
-    let in_mount = mounts.iter().any(|m| workdir.starts_with(&m.target));
-    let workdir_is_scratch = !workdir.starts_with("/tmp") && !in_mount;
-
-    let etc_mounted = mounts.iter().any(|m| {
-        Path::new("/etc/passwd").starts_with(&m.target)
-            || Path::new("/etc/group").starts_with(&m.target)
-    });
+    let workdir = run.workdir.as_path();
+    let mounted = |path: &Path| {
+        system_mounts
+            .iter()
+            .chain(&run.mounts)
+            .any(|m| path.starts_with(&m.target))
+    };
+    let workdir_is_scratch = !workdir.starts_with("/tmp") && !mounted(workdir);
+    let etc_mounted = mounted(Path::new("/etc/passwd")) || mounted(Path::new("/etc/group"));
     let mut files = Vec::new();
     if !etc_mounted {
         let name = if facts.uid == 0 { "root" } else { "sandbox" };
@@ -258,80 +201,18 @@ pub fn plan(
         });
     }
 
-    let limits = &caps.limits;
-    let cpu_secs = limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
-    let mut rlimits = vec![
-        RlimitSpec {
-            resource: Rlimit::Cpu,
-            soft: cpu_secs,
-            hard: cpu_secs + 1,
-        },
-        RlimitSpec {
-            resource: Rlimit::Fsize,
-            soft: limits.file_size.bytes(),
-            hard: limits.file_size.bytes(),
-        },
-        RlimitSpec {
-            resource: Rlimit::Nofile,
-            soft: u64::from(limits.open_files),
-            hard: u64::from(limits.open_files),
-        },
-        RlimitSpec {
-            resource: Rlimit::Core,
-            soft: 0,
-            hard: 0,
-        },
-    ];
-    let address_space = limits
-        .address_space
-        .map(|a| a.bytes())
-        .or((!facts.memory_cgroup).then_some(limits.memory.bytes()));
-    if let Some(bytes) = address_space {
-        rlimits.push(RlimitSpec {
-            resource: Rlimit::As,
-            soft: bytes,
-            hard: bytes,
-        });
-    }
-    if !facts.pids_cgroup {
-        rlimits.push(RlimitSpec {
-            resource: Rlimit::Nproc,
-            soft: u64::from(limits.processes),
-            hard: u64::from(limits.processes),
-        });
-    }
-
-    let net =
-        match caps.net {
-            sandbox_core::Net::None => NetMode::Isolated,
-            sandbox_core::Net::Host => NetMode::Host,
-            sandbox_core::Net::Allow(ref rules) if rules.is_empty() => NetMode::Isolated,
-            sandbox_core::Net::Allow(_) => return Err(Error::unenforceable(
-                "net: allowlist",
-                "the process backend has no egress proxy yet; use net none, or host (unrestricted)",
-            )),
-            _ => return Err(Error::unenforceable("net", "unknown network policy")),
-        };
-
-    let command = Command {
-        program,
-        argv,
-        env,
-        timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
-    };
+    let command = Command { program, argv, env };
     let spec = Spec {
-        workdir,
+        run,
+        system_mounts,
         workdir_is_scratch,
         links,
-        mounts,
         files,
-        scratch_bytes: limits.disk.bytes(),
-        scratch_inodes: (limits.disk.bytes() / 8192).clamp(256, 1 << 20),
-        net,
         uid: facts.uid,
         gid: facts.gid,
         host_ids: None,
-        rlimits,
+        fresh_ids: false,
+        cgroup_limits: facts.cgroup_limits,
         landlock: true,
         require_landlock: true,
         cgroup_procs: Vec::new(),
@@ -346,6 +227,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::protocol::Rlimit;
+    use sandbox_core::{Access, Caps};
 
     /// A fake host: merged /usr with /bin, /lib, /lib64 and /sbin as symlinks.
     struct FakeHost {
@@ -413,12 +296,21 @@ mod tests {
         }
     }
 
+    /// The run path: the caps become a run spec, then the process sandbox's plan.
+    fn plan(
+        tool: &Tool,
+        caps: &sandbox_core::Caps,
+        facts: &Facts,
+        host: &FakeHost,
+    ) -> Result<(Spec, Command)> {
+        super::plan(tool, RunSpec::new(caps, host)?, facts, host)
+    }
+
     fn facts() -> Facts {
         Facts {
             uid: 1000,
             gid: 1000,
-            memory_cgroup: true,
-            pids_cgroup: true,
+            cgroup_limits: true,
             mapped_identity: false,
         }
     }
@@ -433,12 +325,12 @@ mod tests {
         )
         .expect("plan");
         let targets: Vec<_> = spec
-            .mounts
-            .iter()
+            .mounts()
+            .into_iter()
             .map(|m| m.target.to_str().unwrap_or_default())
             .collect();
         assert_eq!(targets, ["/usr", "/etc/ld.so.cache", "/etc/alternatives"]);
-        assert!(spec.mounts.iter().all(|m| !m.writable));
+        assert!(spec.mounts().into_iter().all(|m| !m.writable));
         let links: Vec<_> = spec
             .links
             .iter()
@@ -446,14 +338,14 @@ mod tests {
             .collect();
         assert_eq!(links, ["/bin", "/sbin", "/lib", "/lib64"]);
         assert!(!spec
-            .mounts
-            .iter()
+            .mounts()
+            .into_iter()
             .any(|m| m.target == Path::new("/etc/hostname")));
     }
 
     fn roles(spec: &Spec) -> Vec<(String, MountRole, bool)> {
-        spec.mounts
-            .iter()
+        spec.mounts()
+            .into_iter()
             .filter(|m| m.role != MountRole::System)
             .map(|m| (m.target.display().to_string(), m.role, m.writable))
             .collect()
@@ -474,8 +366,8 @@ mod tests {
         let (spec, _command) =
             plan(&Tool::command(["true"]), &caps, &facts(), &host).expect("followed");
         let grant = spec
-            .mounts
-            .iter()
+            .mounts()
+            .into_iter()
             .find(|m| m.role == MountRole::Grant)
             .expect("grant");
         assert_eq!(grant.source, Path::new("/secret"));
@@ -504,8 +396,8 @@ mod tests {
             .collect();
         assert_eq!(roles(&spec), expected);
         let hooks = spec
-            .mounts
-            .iter()
+            .mounts()
+            .into_iter()
             .find(|m| m.target == Path::new("/ws/.git/hooks"))
             .expect("hooks");
         assert_eq!(hooks.source, Path::new("/ws/.git/hooks"));
@@ -613,8 +505,7 @@ mod tests {
     #[test]
     fn without_cgroups_rlimits_cap_memory_and_processes() {
         let no_cgroup = Facts {
-            memory_cgroup: false,
-            pids_cgroup: false,
+            cgroup_limits: false,
             ..facts()
         };
         let (spec, _command) = plan(
@@ -624,7 +515,7 @@ mod tests {
             &FakeHost::debian(),
         )
         .expect("plan");
-        let has = |r: Rlimit| spec.rlimits.iter().any(|l| l.resource == r);
+        let has = |r: Rlimit| spec.rlimits().iter().any(|l| l.resource == r);
         assert!(has(Rlimit::As) && has(Rlimit::Nproc));
         let (spec, _command) = plan(
             &Tool::command(["true"]),
@@ -633,7 +524,7 @@ mod tests {
             &FakeHost::debian(),
         )
         .expect("plan");
-        let has = |r: Rlimit| spec.rlimits.iter().any(|l| l.resource == r);
+        let has = |r: Rlimit| spec.rlimits().iter().any(|l| l.resource == r);
         assert!(!has(Rlimit::As) && !has(Rlimit::Nproc));
         assert!(has(Rlimit::Cpu) && has(Rlimit::Fsize) && has(Rlimit::Nofile));
     }

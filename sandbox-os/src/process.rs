@@ -6,17 +6,20 @@ use std::sync::{Arc, OnceLock};
 
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Error, ExitStatus, IdentityReceipt,
-    IdentitySource, LimitKind, Receipt, ResourceUsage, Result, RunContext, RunOutput, Strictness,
-    Tool,
+    IdentitySource, LimitKind, Receipt, ResourceUsage, Result, RunContext, RunOutput, RunSpec,
+    Strictness, Tool,
 };
 
 use crate::identity::{HostIds, IdRange, Registry};
 
 use crate::cgroup;
 use crate::plan::{self, Facts, RealHost};
-use crate::pool::{self, Pool, Warm};
+use crate::pool::{self, Pool, PoolSize, Warm};
 use crate::probe::HostProbe;
-use crate::protocol::{Command, Enforced, Event, Fault, MountRole, MountSpec, NetMode, Spec};
+use crate::protocol::{
+    Command, EndReason, Enforced, Event, Fault, LandlockStatus, MountRole, MountSpec, NetMode,
+    Rlimit, Spec,
+};
 use crate::supervise::{self, Outcome};
 
 /// File name of the helper binary.
@@ -114,7 +117,7 @@ impl ProcessBackend {
         ProcessBackend {
             helper: find_helper(),
             probe: OnceLock::new(),
-            pool: Arc::new(Pool::new(0)),
+            pool: Arc::new(Pool::new(PoolSize::default())),
             fault: None,
             id_range: None,
             state_dir: None,
@@ -136,7 +139,7 @@ impl ProcessBackend {
         ProcessBackend {
             helper,
             probe: OnceLock::new(),
-            pool: Arc::new(Pool::new(0)),
+            pool: Arc::new(Pool::new(PoolSize::default())),
             fault: None,
             id_range: None,
             state_dir: None,
@@ -144,12 +147,21 @@ impl ProcessBackend {
         }
     }
 
-    /// Keeps up to `per_shape` sandboxes pre-built for each caps shape this backend has run
-    /// (default 0: every run is cold). A warm run only pays for `fork` and `exec`; each
-    /// pre-built sandbox is used once. Idle sandboxes are two sleeping processes each and are
-    /// killed when the backend is dropped or the embedding process exits.
-    pub fn with_warm_pool(mut self, per_shape: usize) -> Self {
-        self.pool = Arc::new(Pool::new(per_shape));
+    /// Keeps exactly up to `per_shape` sandboxes pre-built for each caps shape this backend
+    /// has run, without expiry; `0` turns the pool off (every run cold). The default is
+    /// [`PoolSize::default`]: adaptive, sized by recent demand. See [`Self::with_pool_size`].
+    pub fn with_warm_pool(self, per_shape: usize) -> Self {
+        self.with_pool_size(PoolSize::fixed(per_shape))
+    }
+
+    /// How many sandboxes to keep pre-built ([`PoolSize`]; default adaptive: after a caps
+    /// shape has run, as many as it recently had runs in flight, at most 4 per shape and 8
+    /// in all, each killed after 30 s unused). A warm run only pays for `fork` and `exec`;
+    /// each pre-built sandbox is used once, so no run sees another's. Idle sandboxes are two
+    /// sleeping processes each (no CPU) and are killed when the backend is dropped or the
+    /// embedding process exits.
+    pub fn with_pool_size(mut self, size: PoolSize) -> Self {
+        self.pool = Arc::new(Pool::new(size));
         self
     }
 
@@ -193,12 +205,12 @@ impl ProcessBackend {
     /// its own (refused when strict, a gap otherwise).
     fn identity(
         &self,
-        caps: &Caps,
+        agent: Option<&str>,
         strictness: Strictness,
         gaps: &mut Vec<(Capability, String)>,
     ) -> Result<Identity> {
         let Some(registry) = self.registry() else {
-            if let Some(agent) = &caps.agent {
+            if let Some(agent) = agent {
                 let reason = format!(
                     "agent {agent} cannot get its own host uid: the embedder (uid {}) is unprivileged and has no subordinate ids (/etc/subuid and /etc/subgid entries, and newuidmap from the uidmap package); the tool runs as the embedder's uid",
                     self.host().ids.0
@@ -210,7 +222,7 @@ impl ProcessBackend {
             }
             return Ok(Identity::Embedder);
         };
-        match &caps.agent {
+        match agent {
             Some(agent) => registry
                 .agent(agent)
                 .map(Identity::Agent)
@@ -279,6 +291,8 @@ impl Identity {
 struct Preflight {
     facts: Facts,
     gaps: Vec<(Capability, String)>,
+    /// The cgroup layout's name for the receipt (`cgroup v1`, `cgroup v2`).
+    cgroup_name: &'static str,
 }
 
 fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
@@ -324,11 +338,14 @@ fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
         facts: Facts {
             uid: host.ids.0,
             gid: host.ids.1,
-            memory_cgroup: cgroups,
-            pids_cgroup: cgroups,
+            cgroup_limits: cgroups,
             mapped_identity: false,
         },
         gaps,
+        cgroup_name: host
+            .cgroup
+            .as_ref()
+            .map_or("no cgroup", |layout| layout.name()),
     })
 }
 
@@ -342,9 +359,10 @@ impl ProcessBackend {
         ctx: &RunContext,
         adjust: &dyn Fn(&mut Spec, &mut Command) -> Result<()>,
     ) -> Result<RunOutput> {
-        // Validate before probing: bad input is an InvalidRequest on every host.
+        // The caps are validated (once) and their grants resolved before anything about
+        // this host is probed: bad input is an InvalidRequest on every host.
         tool.validate()?;
-        caps.validate()?;
+        let run = RunSpec::new(caps, &RealHost)?;
         if let Some(err) = self.unavailable() {
             return Err(err);
         }
@@ -353,30 +371,28 @@ impl ProcessBackend {
             .ok_or_else(|| Error::unavailable(BackendKind::Process, "no helper"))?;
         let host = self.host();
         let mut pre = preflight(host, ctx.strictness)?;
-        let identity = self.identity(caps, ctx.strictness, &mut pre.gaps)?;
+        let identity = self.identity(run.agent.as_deref(), ctx.strictness, &mut pre.gaps)?;
         pre.facts.mapped_identity = !matches!(identity, Identity::Embedder);
-        let (mut spec, mut command) = plan::plan(tool, caps, &pre.facts, &RealHost)?;
-        if let Identity::Agent(ids) = &identity {
-            spec.host_ids = Some(*ids);
+        let (mut spec, mut command) = plan::plan(tool, run, &pre.facts, &RealHost)?;
+        match &identity {
+            Identity::Agent(ids) => spec.host_ids = Some(*ids),
+            Identity::Fresh(_) => spec.fresh_ids = true,
+            Identity::Embedder => {}
         }
         spec.landlock = host.landlock_abi > 0;
         spec.require_landlock = ctx.strictness == Strictness::Strict;
         spec.fault = self.fault.filter(|f| *f != Fault::Cgroup);
         adjust(&mut spec, &mut command)?;
         let layout = host.cgroup.as_ref().ok();
-        let limits = cgroup::Limits {
-            memory: caps.limits.memory.bytes(),
-            pids: caps.limits.processes,
-            cpus: caps.limits.cpus,
-        };
-        let fresh_ids = match &identity {
+        let registry = match &identity {
             Identity::Fresh(registry) => Some(Arc::clone(registry)),
             _ => None,
         };
-        let key = Pool::key(&spec, limits, fresh_ids.is_some());
-        let warm = match self.pool.take(&key) {
+        let key = spec.pool_key();
+        let (warm, _lease) = self.pool.take(&key);
+        let warm = match warm {
             Some(warm) => warm,
-            None => pool::build(helper, &spec, layout, limits, fresh_ids.as_deref())?,
+            None => pool::build(helper, &spec, layout, registry.as_deref())?,
         };
         self.pool.refill(
             key,
@@ -384,18 +400,18 @@ impl ProcessBackend {
                 helper: helper.to_path_buf(),
                 spec: spec.clone(),
                 layout: layout.cloned(),
-                limits,
-                fresh_ids,
+                registry,
             },
         );
         let Warm { prepared, cgroup } = warm;
         let usage = || cgroup.as_ref().and_then(|cg| cg.cpu_usage_us());
+        let limits = &spec.run.limits;
         let cpu_watch = cgroup
             .as_ref()
             .filter(|cg| cg.cpu_usage_us().is_some())
             .map(|_| supervise::CpuWatch {
                 usage_us: &usage,
-                limit_us: u64::try_from(caps.limits.cpu_time.as_micros()).unwrap_or(u64::MAX),
+                limit_us: u64::try_from(limits.cpu_time.as_micros()).unwrap_or(u64::MAX),
             });
         // Taken only now, so a request refused above leaves the stream to the caller.
         let stream = match &ctx.stdin {
@@ -406,25 +422,28 @@ impl ProcessBackend {
             bytes: &caps.stdin,
             stream,
         };
-        let outcome = supervise::run(
+        let mut outcome = supervise::run(
             prepared,
             &command,
+            spec.timeout(),
             input,
-            caps.limits.output.bytes(),
+            limits.output.bytes(),
             cpu_watch,
             ctx,
         )?;
-        let stats = cgroup.as_ref().map(|cg| {
-            cg.kill_all();
-            cg.stats()
+        // Every process of the run is gone (the helper reported it, or was killed): read the
+        // counters now, and leave reaping the helper and removing the cgroup to the cleanup
+        // thread, after the caller has its result.
+        let stats = cgroup.as_ref().map(|cg| cg.stats());
+        let helper_process = outcome.helper.take();
+        crate::cgroup_cleanup::teardown_later(move || {
+            drop(helper_process);
+            drop(cgroup);
         });
-        drop(cgroup);
         finish(
             outcome,
             &spec,
             &command,
-            caps,
-            host,
             &pre,
             stats,
             ctx.strictness,
@@ -478,13 +497,10 @@ fn os_error(errno: i32, message: &str) -> io::Error {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn finish(
     outcome: Outcome,
     spec: &Spec,
     command: &Command,
-    caps: &Caps,
-    host: &HostProbe,
     pre: &Preflight,
     stats: Option<cgroup::Stats>,
     strictness: Strictness,
@@ -497,15 +513,16 @@ fn finish(
         match event {
             Event::SetupFailed {
                 stage,
+                step,
                 errno,
                 message,
                 unenforceable,
             } => {
                 return Err(match unenforceable {
                     Some(guarantee) => {
-                        Error::unenforceable(guarantee, format!("{stage}: {message}"))
+                        Error::unenforceable(guarantee, format!("{stage}: {step}: {message}"))
                     }
-                    None => Error::setup(stage, os_error(errno, &message)),
+                    None => Error::setup(step, os_error(errno, &message)),
                 })
             }
             Event::ExecFailed { program, errno } => {
@@ -523,22 +540,14 @@ fn finish(
         return Err(Error::Cancelled);
     }
     let killed_reason = match &exited {
-        Some(Event::Exited { killed, .. }) => killed.clone(),
+        Some(Event::Exited { killed, .. }) => *killed,
         _ => None,
     };
     // The tool ran if it was executed, or if it produced the output that got it killed.
-    let ran = started || killed_reason.as_deref() == Some("output");
-    let enforced = match enforced {
-        Some(e) if ran => Some(e),
-        _ => None,
-    };
-    let Some(enforced) = enforced else {
-        let killed = match &exited {
-            Some(Event::Exited { killed, .. }) => killed.clone(),
-            _ => None,
-        };
-        return Err(match killed.as_deref() {
-            Some("setup_timeout") => Error::setup(
+    let ran = started || killed_reason == Some(EndReason::Output);
+    let Some(enforced) = enforced.filter(|_| ran) else {
+        return Err(match killed_reason {
+            Some(EndReason::SetupTimeout) => Error::setup(
                 "build sandbox",
                 io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -555,6 +564,7 @@ fn finish(
             },
         });
     };
+    check_enforced(&enforced, spec)?;
     let stats = stats.unwrap_or_default();
     let (wait_status, killed, user_us, system_us, max_rss, scratch_full) = match exited {
         Some(Event::Exited {
@@ -572,10 +582,10 @@ fn finish(
             max_rss_bytes,
             scratch_full,
         ),
-        _ if outcome.backstop_killed => (None, Some("wall".to_string()), 0, 0, 0, false),
+        _ if outcome.backstop_killed => (None, Some(EndReason::Wall), 0, 0, 0, false),
         // The helper itself was killed: at the memory limit (kernel buffers are charged to
         // the run too), that is the limit, not an internal failure.
-        _ if stats.oom_kills > 0 => (None, Some("memory".to_string()), 0, 0, 0, false),
+        _ if stats.oom_kills > 0 => (None, Some(EndReason::Memory), 0, 0, 0, false),
         _ => {
             return Err(Error::Internal {
                 message: "the helper ended without reporting how the tool exited".into(),
@@ -588,22 +598,22 @@ fn finish(
         Some(s) if libc::WIFSIGNALED(s) => (None, Some(libc::WTERMSIG(s))),
         _ => (None, Some(libc::SIGKILL)),
     };
+    let limits = &spec.run.limits;
     let cpu_used_us = stats.cpu_us.unwrap_or(user_us + system_us);
-    let cpu_limit_us = u64::try_from(caps.limits.cpu_time.as_micros()).unwrap_or(u64::MAX);
+    let cpu_limit_us = u64::try_from(limits.cpu_time.as_micros()).unwrap_or(u64::MAX);
     let failed = code != Some(0);
-    let limit = match killed.as_deref() {
-        Some("wall") => Some(LimitKind::Wall),
-        Some("output") => Some(LimitKind::Output),
-        Some("cpu") => Some(LimitKind::Cpu),
-        Some("memory") => Some(LimitKind::Memory),
-        Some("init_died") if stats.oom_kills > 0 => Some(LimitKind::Memory),
-        Some(other) if other != "cancelled" => {
-            return Err(Error::Internal {
-                message: format!("the sandbox was killed unexpectedly ({other})"),
-                source: None,
-            })
-        }
-        _ => None,
+    let limit = match killed {
+        None | Some(EndReason::Cancelled) => None,
+        Some(EndReason::InitDied) if stats.oom_kills > 0 => Some(LimitKind::Memory),
+        Some(reason) => match reason.limit() {
+            Some(limit) => Some(limit),
+            None => {
+                return Err(Error::Internal {
+                    message: format!("the sandbox was killed unexpectedly ({reason})"),
+                    source: None,
+                })
+            }
+        },
     }
     .or_else(|| {
         if stats.oom_kills > 0 {
@@ -631,43 +641,19 @@ fn finish(
         },
     };
 
-    let mut receipt = receipt(spec, command, caps, host, &enforced, strictness);
-    receipt.identity = identity_receipt(&enforced, caps, identity);
-    if stats.cpu_quota {
-        receipt.enforce(
-            Capability::Cpu,
-            "cgroup cpu quota",
-            format!("{} core(s) of bandwidth", caps.limits.cpus),
-        );
-    }
+    let applied = stats.applied;
+    let mut receipt = receipt(spec, command, &enforced, pre, applied, strictness);
+    receipt.identity = identity_receipt(&enforced, spec.run.agent.as_deref(), identity);
     if stats.cpu_us.is_some() {
         receipt.enforce(
             Capability::Cpu,
             "cgroup cpu accounting",
             format!(
                 "{:?} for the whole sandbox, checked every 100 ms",
-                caps.limits.cpu_time
+                limits.cpu_time
             ),
         );
     }
-    if enforced.landlock_status == "not_enforced" {
-        receipt.gap(
-            Capability::Fs,
-            "landlock not enforced: only the mount namespace restricts files",
-        );
-    } else if enforced.landlock_status == "partially_enforced" {
-        receipt.gap(
-            Capability::Fs,
-            format!(
-                "landlock ABI {} enforces only part of the requested rights",
-                enforced.landlock_abi
-            ),
-        );
-    }
-    for (capability, reason) in &pre.gaps {
-        receipt.gap(*capability, reason.clone());
-    }
-    let limits = &caps.limits;
     if outcome.stdout_truncated {
         receipt.deny(
             Capability::Output,
@@ -685,7 +671,8 @@ fn finish(
             Capability::Memory,
             format!(
                 "{} process(es) killed at the {} memory limit",
-                stats.oom_kills, limits.memory
+                stats.oom_kills,
+                sandbox_core::ByteSize(applied.memory_bytes)
             ),
         );
     }
@@ -694,14 +681,17 @@ fn finish(
             Capability::Pids,
             format!(
                 "{} fork(s) refused at the {} process limit",
-                stats.pids_refused, limits.processes
+                stats.pids_refused, applied.pids
             ),
         );
     }
     if scratch_full {
         receipt.deny(
             Capability::Disk,
-            format!("scratch space full at {}", limits.disk),
+            format!(
+                "scratch space full at {}",
+                sandbox_core::ByteSize(enforced.scratch_bytes)
+            ),
         );
     }
     match limit {
@@ -741,16 +731,65 @@ fn finish(
     })
 }
 
+/// The namespaces every process sandbox has (plus `net` unless the host network is shared).
+const NAMESPACES: [&str; 6] = ["user", "mount", "pid", "ipc", "uts", "cgroup"];
+
+/// Refuses a run whose helper reports less than the spec demands (fail closed: the receipt
+/// is built from this report, so it must cover everything).
+fn check_enforced(enforced: &Enforced, spec: &Spec) -> Result<()> {
+    let refuse = |what: String| {
+        Err(Error::unenforceable(
+            "helper report",
+            format!("the helper reports {what}; the run's result is withheld"),
+        ))
+    };
+    let net = spec.net() == NetMode::Isolated;
+    let wanted = NAMESPACES.iter().copied().chain(net.then_some("net"));
+    for ns in wanted {
+        if !enforced.namespaces.iter().any(|n| n == ns) {
+            return refuse(format!("no {ns} namespace"));
+        }
+    }
+    if enforced.net != spec.net() {
+        return refuse(format!("network {:?}, not {:?}", enforced.net, spec.net()));
+    }
+    if !enforced.no_new_privs {
+        return refuse("no_new_privs unset".into());
+    }
+    if !enforced.fds_closed {
+        return refuse("inherited fds left open".into());
+    }
+    if enforced.seccomp_allowed == 0 {
+        return refuse("no seccomp filter".into());
+    }
+    if enforced.uid_map.is_empty() || enforced.gid_map.is_empty() {
+        return refuse("no uid or gid map".into());
+    }
+    let planned: Vec<&MountSpec> = spec.mounts();
+    let made: Vec<&MountSpec> = enforced.mounts.iter().collect();
+    if planned != made {
+        return refuse(format!(
+            "{} mounts where {} were planned",
+            made.len(),
+            planned.len()
+        ));
+    }
+    if enforced.rlimits != spec.rlimits() {
+        return refuse("other rlimits than planned".into());
+    }
+    Ok(())
+}
+
 /// The identity the helper mapped (its first map lines are the tool's ids).
 fn identity_receipt(
     enforced: &Enforced,
-    caps: &Caps,
+    agent: Option<&str>,
     source: IdentitySource,
 ) -> Option<IdentityReceipt> {
     let (uid, host_uid, _) = *enforced.uid_map.first()?;
     let (gid, host_gid, _) = *enforced.gid_map.first()?;
     Some(IdentityReceipt {
-        agent: caps.agent.clone(),
+        agent: agent.map(str::to_string),
         source,
         host_uid,
         host_gid,
@@ -760,14 +799,14 @@ fn identity_receipt(
 }
 
 /// What the receipt says about host-executed paths inside writable grants.
-pub(crate) fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], caps: &Caps) {
+pub(crate) fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], protect: bool) {
     let writable_dirs = mounts
         .iter()
         .any(|m| m.role == MountRole::Grant && m.writable && m.is_dir);
     if !writable_dirs {
         return;
     }
-    if !caps.protect_host_executed {
+    if !protect {
         r.gap(
             Capability::Fs,
             "host-executed paths in writable grants (.git/hooks, .envrc, ...) are writable (protect_host_executed: false, by request)",
@@ -793,18 +832,30 @@ pub(crate) fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], caps:
     );
 }
 
+/// The value of one rlimit the helper set, if it set it.
+fn rlimit(enforced: &Enforced, resource: Rlimit) -> Option<u64> {
+    enforced
+        .rlimits
+        .iter()
+        .find(|r| r.resource == resource)
+        .map(|r| r.soft)
+}
+
+/// The receipt, from what the helper reports it enforced and what the cgroup holds; the
+/// request only for what the host enforces itself (the output cap).
 fn receipt(
     spec: &Spec,
     command: &Command,
-    caps: &Caps,
-    host: &HostProbe,
     enforced: &Enforced,
+    pre: &Preflight,
+    applied: cgroup::Applied,
     strictness: Strictness,
 ) -> Receipt {
     let mut r = Receipt::new(BackendKind::Process, strictness);
     // System directories by their path; every grant as GUEST=RESOLVED_HOST_PATH.
     let list = |writable: bool| {
-        spec.mounts
+        enforced
+            .mounts
             .iter()
             .filter(|m| m.writable == writable)
             .filter_map(|m| match (m.role, &m.followed_from) {
@@ -836,19 +887,34 @@ fn receipt(
             if rw.is_empty() { "none" } else { &rw }
         ),
     );
-    if enforced.landlock_status != "not_enforced" {
-        r.enforce(
+    match enforced.landlock_status {
+        LandlockStatus::NotEnforced => r.gap(
             Capability::Fs,
-            format!("landlock ABI {}", enforced.landlock_abi),
-            enforced.landlock_status.replace('_', " "),
-        );
+            "landlock not enforced: only the mount namespace restricts files",
+        ),
+        status => {
+            r.enforce(
+                Capability::Fs,
+                format!("landlock ABI {}", enforced.landlock_abi),
+                status.describe(),
+            );
+            if status == LandlockStatus::PartiallyEnforced {
+                r.gap(
+                    Capability::Fs,
+                    format!(
+                        "landlock ABI {} enforces only part of the requested rights",
+                        enforced.landlock_abi
+                    ),
+                );
+            }
+        }
     }
     r.enforce(
         Capability::Fs,
         "recursive read-only, nosuid, nodev bind mounts",
         "read-only grants cannot be written, truncated, chmodded, renamed or linked; grants resolved on the host without following symlinks (unless a grant asked) and opened with RESOLVE_NO_SYMLINKS",
     );
-    host_executed_receipt(&mut r, &spec.mounts, caps);
+    host_executed_receipt(&mut r, &enforced.mounts, spec.run.protect_host_executed);
     if enforced.memfd_noexec {
         r.enforce(
             Capability::Fs,
@@ -856,7 +922,7 @@ fn receipt(
             "fileless exec from memfd refused",
         );
     }
-    match spec.net {
+    match enforced.net {
         NetMode::Isolated => r.enforce(Capability::Net, "empty network namespace", "loopback only"),
         NetMode::Host => r.gap(
             Capability::Net,
@@ -903,8 +969,10 @@ fn receipt(
             enforced.seccomp_allowed, enforced.seccomp_denied
         ),
     );
-    let host_ids = |map: &[(u32, u32, u32)]| map.first().map_or(0, |(_, host, _)| *host);
-    let caps_state = if enforced.caps_kept.is_empty() {
+    let first = |map: &[(u32, u32, u32)]| map.first().copied().unwrap_or_default();
+    let ((uid, host_uid, _), (gid, host_gid, _)) =
+        (first(&enforced.uid_map), first(&enforced.gid_map));
+    let caps_state = if enforced.caps_dropped {
         "all capabilities dropped".to_string()
     } else {
         format!(
@@ -916,11 +984,7 @@ fn receipt(
         Capability::Privileges,
         "user namespace",
         format!(
-            "uid {} gid {} inside = host uid {} gid {}; {caps_state}; no_new_privs; securebits locked",
-            spec.uid,
-            spec.gid,
-            host_ids(&enforced.uid_map),
-            host_ids(&enforced.gid_map)
+            "uid {uid} gid {gid} inside = host uid {host_uid} gid {host_gid}; {caps_state}; no_new_privs; securebits locked"
         ),
     );
     r.enforce(
@@ -938,69 +1002,95 @@ fn receipt(
         "pid namespace init + parent-death signal",
         "every process ends with the run, or when the embedding process dies",
     );
-    let limits = &caps.limits;
-    match &host.cgroup {
-        Ok(layout) => {
+    if spec.cgroup_limits {
+        let name = pre.cgroup_name;
+        r.enforce(
+            Capability::Memory,
+            format!("{name} memory"),
+            sandbox_core::ByteSize(applied.memory_bytes).to_string(),
+        );
+        r.enforce(
+            Capability::Pids,
+            format!("{name} pids"),
+            applied.pids.to_string(),
+        );
+        if let Some(cpus) = applied.cpus() {
             r.enforce(
-                Capability::Memory,
-                format!("{} memory", layout.name()),
-                limits.memory.to_string(),
-            );
-            r.enforce(
-                Capability::Pids,
-                format!("{} pids", layout.name()),
-                limits.processes.to_string(),
+                Capability::Cpu,
+                "cgroup cpu quota",
+                format!("{cpus} core(s) of bandwidth"),
             );
         }
-        Err(_) => {
-            // Not the run's limits (the gaps say so): what each process is held to.
+    } else {
+        // Not the run's limits (the gaps say so): what each process is held to.
+        if let Some(bytes) = rlimit(enforced, Rlimit::As) {
             r.enforce(
                 Capability::Memory,
                 "RLIMIT_AS (no writable cgroup)",
-                format!("{} per process, not for the run", limits.memory),
-            );
-            r.enforce(
-                Capability::Pids,
-                "RLIMIT_NPROC (no writable cgroup)",
                 format!(
-                    "{} processes of the tool's host uid, not for the run",
-                    limits.processes
+                    "{} per process, not for the run",
+                    sandbox_core::ByteSize(bytes)
                 ),
             );
         }
+        if let Some(n) = rlimit(enforced, Rlimit::Nproc) {
+            r.enforce(
+                Capability::Pids,
+                "RLIMIT_NPROC (no writable cgroup)",
+                format!("{n} processes of the tool's host uid, not for the run"),
+            );
+        }
     }
-    if let Some(a) = limits.address_space {
-        r.enforce(Capability::Memory, "RLIMIT_AS", a.to_string());
+    if let (true, Some(bytes)) = (spec.cgroup_limits, rlimit(enforced, Rlimit::As)) {
+        r.enforce(
+            Capability::Memory,
+            "RLIMIT_AS",
+            sandbox_core::ByteSize(bytes).to_string(),
+        );
     }
-    r.enforce(
-        Capability::Cpu,
-        "RLIMIT_CPU",
-        format!("{:?} per process", limits.cpu_time),
-    );
+    if let Some(secs) = rlimit(enforced, Rlimit::Cpu) {
+        r.enforce(
+            Capability::Cpu,
+            "RLIMIT_CPU",
+            format!("{secs}s per process"),
+        );
+    }
     r.enforce(
         Capability::Wall,
         "helper deadline",
-        format!("{:?}; kills the whole pid namespace", limits.timeout),
+        format!(
+            "{:?}; kills the whole pid namespace",
+            std::time::Duration::from_millis(enforced.timeout_ms)
+        ),
     );
     r.enforce(
         Capability::Output,
         "host-side cap",
-        format!("{} per stream; the run is killed past it", limits.output),
+        format!(
+            "{} per stream; the run is killed past it",
+            spec.run.limits.output
+        ),
     );
     r.enforce(
         Capability::Disk,
         "tmpfs size",
-        format!("{} shared by /tmp, /dev/shm and the workdir", limits.disk),
+        format!(
+            "{} shared by /tmp, /dev/shm and the workdir",
+            sandbox_core::ByteSize(enforced.scratch_bytes)
+        ),
     );
-    r.enforce(
-        Capability::FileSize,
-        "RLIMIT_FSIZE",
-        limits.file_size.to_string(),
-    );
-    r.enforce(
-        Capability::OpenFiles,
-        "RLIMIT_NOFILE",
-        limits.open_files.to_string(),
-    );
+    if let Some(bytes) = rlimit(enforced, Rlimit::Fsize) {
+        r.enforce(
+            Capability::FileSize,
+            "RLIMIT_FSIZE",
+            sandbox_core::ByteSize(bytes).to_string(),
+        );
+    }
+    if let Some(n) = rlimit(enforced, Rlimit::Nofile) {
+        r.enforce(Capability::OpenFiles, "RLIMIT_NOFILE", n.to_string());
+    }
+    for (capability, reason) in &pre.gaps {
+        r.gap(*capability, reason.clone());
+    }
     r
 }

@@ -7,35 +7,35 @@
 //! means "the embedder is gone": the helper kills the sandbox at once.
 
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use sandbox_core::Net;
+pub use sandbox_core::{EndReason, LandlockStatus, MountRole, MountSpec, RunSpec, SetupStage};
 use serde::{Deserialize, Serialize};
 
 /// Largest frame either side accepts.
 pub const MAX_FRAME: usize = 16 << 20;
 
 /// The shape of a sandbox: everything the helper needs to build it, but not what to run in
-/// it. Built by the host from `Caps` (see `plan`), never by the tool. Two runs with equal
-/// specs can use interchangeable pre-started sandboxes (the warm pool).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+/// it. Built by the host (see `plan`) around the run's [`RunSpec`], never by the tool. Two
+/// runs with equal specs can use interchangeable pre-started sandboxes: the warm pool keys
+/// on the whole spec ([`Spec::pool_key`]), limits included.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Spec {
-    /// Working directory inside the sandbox.
-    pub workdir: PathBuf,
+    /// What the run enforces: the caller's grants, environment, workdir, network and every
+    /// limit. The helper refuses a spec of another [`RunSpec::version`].
+    pub run: RunSpec,
+    /// Host system directories bound read-only so host programs can run (empty for an
+    /// image root).
+    pub system_mounts: Vec<MountSpec>,
     /// Workdir is private scratch space (not inside a mount), created by the helper.
     pub workdir_is_scratch: bool,
     /// Symlinks recreated in the new root (`/bin -> usr/bin` on merged-/usr systems).
     pub links: Vec<LinkSpec>,
-    /// Bind mounts, sorted so parents come before children.
-    pub mounts: Vec<MountSpec>,
     /// Files written into the new root (`/etc/passwd`, `/etc/group`).
     pub files: Vec<FileSpec>,
-    /// Size cap of the private scratch tmpfs (`/tmp`, workdir, `/dev/shm`).
-    pub scratch_bytes: u64,
-    /// Inode cap of the scratch tmpfs.
-    pub scratch_inodes: u64,
-    /// Network namespace mode.
-    pub net: NetMode,
     /// Uid the tool has inside the sandbox.
     pub uid: u32,
     /// Gid the tool has inside the sandbox.
@@ -46,13 +46,19 @@ pub struct Spec {
     /// its grants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_ids: Option<crate::identity::HostIds>,
-    /// Resource limits applied with `setrlimit` just before exec.
-    pub rlimits: Vec<RlimitSpec>,
+    /// Each sandbox of this shape gets host ids no other sandbox has, allocated when it is
+    /// built (so `host_ids` is set per sandbox, not part of the shape).
+    #[serde(default)]
+    pub fresh_ids: bool,
+    /// A cgroup caps the run's memory and processes as a whole; otherwise `RLIMIT_AS` and
+    /// `RLIMIT_NPROC` stand in, per process and per uid.
+    pub cgroup_limits: bool,
     /// Install landlock rules (false only in best-effort mode on kernels without landlock).
     pub landlock: bool,
     /// Refuse to run unless landlock is enforced.
     pub require_landlock: bool,
-    /// Cgroup `cgroup.procs` files the helper joins before creating namespaces.
+    /// Cgroup `cgroup.procs` files the helper joins before creating namespaces. Set per
+    /// sandbox when it is built; empty in the shape.
     pub cgroup_procs: Vec<PathBuf>,
     /// Simulated failure of one layer, for fail-closed tests. Never set by callers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,6 +67,85 @@ pub struct Spec {
     /// private writable layer) instead of an empty tmpfs. `None` for process runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageRootSpec>,
+}
+
+impl Spec {
+    /// Every bind mount, system directories and grants, sorted so parents come before
+    /// children (a grant's pins and read-only entries keep following it).
+    pub fn mounts(&self) -> Vec<&MountSpec> {
+        let mut all: Vec<&MountSpec> = self.system_mounts.iter().chain(&self.run.mounts).collect();
+        all.sort_by_key(|m| m.target.components().count());
+        all
+    }
+
+    /// Working directory inside the sandbox.
+    pub fn workdir(&self) -> &Path {
+        &self.run.workdir
+    }
+
+    /// The network namespace the run gets. An allowlist that reached the helper (the host
+    /// refuses those it cannot enforce) still gets an empty namespace: fail closed.
+    pub fn net(&self) -> NetMode {
+        match self.run.net {
+            Net::Host => NetMode::Host,
+            _ => NetMode::Isolated,
+        }
+    }
+
+    /// Size cap of the private scratch tmpfs (`/tmp`, workdir, `/dev/shm`), bytes.
+    pub fn scratch_bytes(&self) -> u64 {
+        self.run.limits.disk.bytes()
+    }
+
+    /// Inode cap of the scratch tmpfs.
+    pub fn scratch_inodes(&self) -> u64 {
+        (self.scratch_bytes() / 8192).clamp(256, 1 << 20)
+    }
+
+    /// The tool's wall-clock limit, from the moment it is executed.
+    pub fn timeout(&self) -> Duration {
+        self.run.limits.timeout
+    }
+
+    /// The `setrlimit` calls made just before exec: CPU seconds per process, file size,
+    /// open files, no core dumps; `RLIMIT_AS` when the caps ask for it or no cgroup caps
+    /// memory, `RLIMIT_NPROC` when no cgroup caps processes.
+    pub fn rlimits(&self) -> Vec<RlimitSpec> {
+        let limits = &self.run.limits;
+        let cpu_secs = limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
+        let both = |resource, value| RlimitSpec {
+            resource,
+            soft: value,
+            hard: value,
+        };
+        let mut rlimits = vec![
+            RlimitSpec {
+                resource: Rlimit::Cpu,
+                soft: cpu_secs,
+                hard: cpu_secs + 1,
+            },
+            both(Rlimit::Fsize, limits.file_size.bytes()),
+            both(Rlimit::Nofile, u64::from(limits.open_files)),
+            both(Rlimit::Core, 0),
+        ];
+        let address_space = limits
+            .address_space
+            .map(|a| a.bytes())
+            .or((!self.cgroup_limits).then_some(limits.memory.bytes()));
+        if let Some(bytes) = address_space {
+            rlimits.push(both(Rlimit::As, bytes));
+        }
+        if !self.cgroup_limits {
+            rlimits.push(both(Rlimit::Nproc, u64::from(limits.processes)));
+        }
+        rlimits
+    }
+
+    /// The warm pool's key: the whole spec, so two runs share pre-built sandboxes only when
+    /// everything the helper and the cgroup enforce is equal.
+    pub fn pool_key(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }
 
 /// The root of a container run: an overlay of the unpacked image (read-only lower layer)
@@ -108,9 +193,6 @@ pub struct Command {
     pub argv: Vec<String>,
     /// Environment as `KEY=VALUE` strings.
     pub env: Vec<String>,
-    /// Wall-clock limit in milliseconds from the moment the helper receives the command,
-    /// enforced by the helper (the host has a backstop).
-    pub timeout_ms: u64,
 }
 
 /// A symlink in the new root.
@@ -121,45 +203,6 @@ pub struct LinkSpec {
     pub path: PathBuf,
     /// Link target, as on the host.
     pub target: PathBuf,
-}
-
-/// A bind mount of a host path.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct MountSpec {
-    /// Canonical host path (no symlinks); opened with `RESOLVE_NO_SYMLINKS` so a swap
-    /// between planning and mounting fails instead of redirecting.
-    pub source: PathBuf,
-    /// Absolute path inside the sandbox.
-    pub target: PathBuf,
-    /// Read-write (otherwise read-only, recursively).
-    pub writable: bool,
-    /// The source is a directory (otherwise a file).
-    pub is_dir: bool,
-    /// Allow executing files from it.
-    pub exec: bool,
-    /// Why the mount exists. The helper mounts every role alike; the receipt and the
-    /// landlock rules tell them apart.
-    pub role: MountRole,
-    /// For a caller's grant whose symlinks were followed (`follow_symlinks`): the host path
-    /// the caller gave, which resolved to `source`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub followed_from: Option<PathBuf>,
-}
-
-/// What a [`MountSpec`] is for.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum MountRole {
-    /// A host system directory (`/usr`, ...) so host programs can run.
-    System,
-    /// A path the caller granted.
-    Grant,
-    /// A host-executed path inside a writable grant, bound read-only over it.
-    HostExecuted,
-    /// A directory between a writable grant's root and a host-executed path, bound onto
-    /// itself (still writable) so it cannot be renamed or removed.
-    Pin,
 }
 
 /// A small file created in the new root.
@@ -173,10 +216,11 @@ pub struct FileSpec {
 }
 
 /// Network namespace handling.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum NetMode {
     /// A new, empty network namespace with loopback up.
+    #[default]
     Isolated,
     /// The host's network namespace.
     Host,
@@ -223,8 +267,8 @@ pub enum HostMessage {
     },
     /// Kill the sandbox now; `reason` is echoed in [`Event::Exited`].
     Kill {
-        /// Why (e.g. `"output"`, `"cancelled"`).
-        reason: String,
+        /// Why ([`EndReason::Output`], [`EndReason::Cancelled`], ...).
+        reason: EndReason,
     },
 }
 
@@ -241,8 +285,10 @@ pub enum Event {
     Started,
     /// Building the sandbox failed; the tool never ran.
     SetupFailed {
-        /// The step.
-        stage: String,
+        /// The stage that failed.
+        stage: SetupStage,
+        /// The step within it (e.g. `"open mount source /data"`).
+        step: String,
         /// OS error number, when there is one.
         errno: i32,
         /// Extra context.
@@ -261,8 +307,9 @@ pub enum Event {
     Exited {
         /// Raw wait status of the tool's main process, if it was reaped.
         wait_status: Option<i32>,
-        /// Why the helper killed the sandbox, if it did (`"wall"`, or a host reason).
-        killed: Option<String>,
+        /// Why the helper killed the sandbox, if it did (the wall-clock limit, or a host
+        /// reason).
+        killed: Option<EndReason>,
         /// User CPU time of all sandbox processes, microseconds.
         user_cpu_us: u64,
         /// System CPU time of all sandbox processes, microseconds.
@@ -282,8 +329,8 @@ pub struct Enforced {
     pub namespaces: Vec<String>,
     /// Landlock ABI the kernel offers (0 = none).
     pub landlock_abi: i32,
-    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
-    pub landlock_status: String,
+    /// How much of the landlock policy the kernel enforces.
+    pub landlock_status: LandlockStatus,
     /// Landlock scopes (signal, abstract unix socket) in force.
     pub landlock_scoped: bool,
     /// Number of syscalls on the seccomp allowlist.
@@ -308,6 +355,19 @@ pub struct Enforced {
     pub fds_closed: bool,
     /// memfd executables are refused in this pid namespace (`vm.memfd_noexec=2`).
     pub memfd_noexec: bool,
+    /// The bind mounts in the new root, as made.
+    #[serde(default)]
+    pub mounts: Vec<MountSpec>,
+    /// The network namespace the sandbox has.
+    pub net: NetMode,
+    /// The size of the scratch tmpfs as the kernel reports it (`statfs`), bytes.
+    pub scratch_bytes: u64,
+    /// The `setrlimit` calls the tool's process makes before exec (it is not executed if
+    /// one fails).
+    #[serde(default)]
+    pub rlimits: Vec<RlimitSpec>,
+    /// The wall-clock limit the helper enforces from exec, milliseconds.
+    pub timeout_ms: u64,
 }
 
 /// Writes one frame.

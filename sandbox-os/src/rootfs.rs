@@ -83,8 +83,9 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
     )?;
 
     // 1. Clone every granted tree while the host tree is still reachable.
-    let mut trees = Vec::with_capacity(spec.mounts.len());
-    for mount in &spec.mounts {
+    let mounts = spec.mounts();
+    let mut trees = Vec::with_capacity(mounts.len());
+    for mount in &mounts {
         trees.push(clone_tree(mount)?);
     }
     let mut devices = Vec::with_capacity(DEVICES.len());
@@ -241,7 +242,7 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
 
     // 3. Granted host trees, parents before children: a writable grant first, then the
     //    self-binds pinning its host-executed paths' parents, then those paths read-only.
-    for (mount, tree) in spec.mounts.iter().zip(trees) {
+    for (mount, tree) in mounts.iter().zip(trees) {
         let rel = relative(&mount.target)?;
         let target = mount_point(root.as_raw_fd(), rel, mount.is_dir, &ours)?;
         step(
@@ -256,7 +257,7 @@ pub fn build(spec: &Spec) -> Result<Built, StepError> {
         )?;
     }
     if spec.workdir_is_scratch {
-        let rel = relative(&spec.workdir)?;
+        let rel = relative(spec.workdir())?;
         mount_point(root.as_raw_fd(), rel, true, &ours)?;
         attach_scratch_dir(&scratch, "work", root.as_raw_fd(), rel)?;
     }
@@ -491,8 +492,8 @@ fn clone_tree(mount: &MountSpec) -> Result<OwnedFd, StepError> {
 }
 
 fn scratch_tmpfs(spec: &Spec) -> Result<OwnedFd, StepError> {
-    let size = spec.scratch_bytes.to_string();
-    let inodes = spec.scratch_inodes.to_string();
+    let size = spec.scratch_bytes().to_string();
+    let inodes = spec.scratch_inodes().to_string();
     let scratch = step(
         || "create scratch tmpfs".into(),
         sys::detached_tmpfs(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_core::{Error, Result, RunContext, Stream, STDIN_BUFFER};
 
-use crate::protocol::{self, Command, Event, FrameBuffer, HostMessage, Spec};
+use crate::protocol::{self, Command, EndReason, Event, FrameBuffer, HostMessage, Spec};
 use crate::sys;
 
 /// Extra time the host grants the helper past the deadline before killing it itself.
@@ -34,9 +34,20 @@ pub struct Outcome {
     pub backstop_killed: bool,
     /// Wall time of the whole run.
     pub duration: Duration,
+    /// The helper, still to be reaped: the run is over once the tool's processes are gone
+    /// and their output is drained, and the helper's own exit (namespace teardown) is
+    /// waited for after the caller has its result. Dropping it kills and reaps the helper.
+    pub helper: Option<HelperProcess>,
+}
+
+/// A helper process that may still be exiting; killed (if need be) and reaped on drop.
+#[derive(Debug)]
+pub struct HelperProcess {
+    _helper: Helper,
 }
 
 /// The helper process; killed and reaped on drop unless already reaped.
+#[derive(Debug)]
 struct Helper {
     pid: libc::pid_t,
     reaped: bool,
@@ -134,11 +145,14 @@ pub struct CpuWatch<'a> {
 /// How often the CPU counter is read while a run is going.
 const CPU_CHECK: Duration = Duration::from_millis(100);
 
-/// Runs `command` in a prepared sandbox and returns what happened. The helper is always
-/// reaped before this returns.
+/// Runs `command` in a prepared sandbox and returns what happened, as soon as the helper
+/// reported the end of the run and both output streams are drained. The helper is handed
+/// back in [`Outcome::helper`] to be reaped later (or reaped here, when the run ended
+/// another way).
 pub fn run(
     prepared: Prepared,
     command: &Command,
+    timeout: Duration,
     stdin: Input<'_>,
     output_limit: u64,
     cpu: Option<CpuWatch<'_>>,
@@ -208,25 +222,22 @@ pub fn run(
     let mut control_open = true;
     let mut exited = false;
     let mut kill_sent = false;
-    let backstop = start + Duration::from_millis(command.timeout_ms) + BACKSTOP;
+    let backstop = start + timeout + BACKSTOP;
     let mut buf = vec![0u8; 64 * 1024];
     let limit = usize::try_from(output_limit).unwrap_or(usize::MAX);
 
-    let send_kill = |reason: &str| {
+    let send_kill = |reason: EndReason| {
         let mut frame = Vec::new();
-        if protocol::write_frame(
-            &mut frame,
-            &HostMessage::Kill {
-                reason: reason.to_string(),
-            },
-        )
-        .is_ok()
-        {
+        if protocol::write_frame(&mut frame, &HostMessage::Kill { reason }).is_ok() {
             let _ = sys::send_all(control.as_raw_fd(), &frame);
         }
     };
 
+    let mut finished = false;
     while control_open || streams.iter().any(|s| s.open) {
+        if finished && streams.iter().all(|s| !s.open) {
+            break; // the helper said the run is over and the output is drained
+        }
         let now = Instant::now();
         if now >= backstop {
             // The helper ignored its own deadline: kill it; init dies with it (parent-death
@@ -257,7 +268,7 @@ pub fn run(
         sys::poll(&mut fds, timeout).map_err(internal("poll"))?;
         if let Some(watch) = &cpu {
             if !kill_sent && (watch.usage_us)().is_some_and(|used| used >= watch.limit_us) {
-                send_kill("cpu");
+                send_kill(EndReason::Cpu);
                 kill_sent = true;
             }
         }
@@ -288,6 +299,7 @@ pub fn run(
                 ) {
                     exited = true;
                 }
+                finished |= matches!(event, Event::Exited { .. });
                 outcome.events.push(event);
             }
         }
@@ -313,7 +325,7 @@ pub fn run(
                         if keep < n && !stream.truncated {
                             stream.truncated = true;
                             if !kill_sent {
-                                send_kill("output");
+                                send_kill(EndReason::Output);
                                 kill_sent = true;
                             }
                         }
@@ -338,13 +350,17 @@ pub fn run(
             if ctx.cancel.is_cancelled() && !outcome.cancelled {
                 outcome.cancelled = true;
                 if !kill_sent {
-                    send_kill("cancelled");
+                    send_kill(EndReason::Cancelled);
                     kill_sent = true;
                 }
             }
         }
     }
-    child.reap();
+    if control_open {
+        outcome.helper = Some(HelperProcess { _helper: child });
+    } else {
+        child.reap();
+    }
     let [out, err] = streams;
     outcome.stdout = out.kept;
     outcome.stdout_truncated = out.truncated;

@@ -788,6 +788,27 @@ pub fn fs_free(fd: RawFd) -> io::Result<(u64, u64, u64)> {
     Ok((st.f_bavail as u64, st.f_blocks as u64, st.f_ffree as u64))
 }
 
+/// Closes fds 0, 1 and 2 (a process that hands its stdio to a child and must not keep the
+/// pipes open). Later writes to them fail with `EBADF`, which the standard library ignores.
+pub fn close_stdio() {
+    for fd in 0..=2 {
+        // SAFETY: closing a standard descriptor this process owns; nothing holds a Rust
+        // handle to it.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
+/// Size in bytes of the file system holding `fd` (`f_blocks * f_frsize`).
+pub fn fs_size(fd: RawFd) -> io::Result<u64> {
+    // SAFETY: statfs is plain data.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    check(unsafe { libc::fstatfs(fd, &mut st) })?;
+    Ok((st.f_blocks as u64).saturating_mul(st.f_frsize as u64))
+}
+
 /// Drops every capability but those in `keep` (a mask of `1 << CAP_*`): from the bounding
 /// set, then the effective, permitted and inheritable sets; the kept ones are raised in the
 /// ambient set so they survive `execve` of unprivileged programs. Then locks securebits so

@@ -289,10 +289,7 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
     // host-executed paths of writable grants bound read-only with their parents pinned.
     // The engine resolves each source path itself when it mounts (it cannot take an fd),
     // so a swap between this check and the mount is not caught here: see the threat model.
-    let mut binds = Vec::new();
-    for mount in &caps.mounts {
-        crate::plan::grant_mounts(mount, caps, &crate::plan::RealHost, &mut binds)?;
-    }
+    let binds = sandbox_core::RunSpec::new(caps, &crate::plan::RealHost)?.mounts;
     let mounts = binds
         .iter()
         .map(|bind| Mount {
@@ -833,7 +830,7 @@ fn receipt(
             workdir
         ),
     );
-    crate::process::host_executed_receipt(&mut r, binds, caps);
+    crate::process::host_executed_receipt(&mut r, binds, caps.protect_host_executed);
     r.enforce(
         Capability::Disk,
         format!("{engine} --tmpfs /tmp"),
