@@ -53,7 +53,7 @@ pub struct SandboxBuilder {
     backend: BackendChoice,
     strictness: Strictness,
     helper: Option<PathBuf>,
-    warm_pool: usize,
+    warm_pool: Option<usize>,
     #[cfg(feature = "process")]
     id_range: Option<sandbox_os::identity::IdRange>,
     #[cfg(feature = "wasm")]
@@ -82,11 +82,14 @@ impl SandboxBuilder {
         self
     }
 
-    /// Keeps up to `per_shape` process sandboxes pre-built for each caps shape already run
-    /// (default 0). A warm run skips namespace, filesystem, landlock, seccomp and cgroup
-    /// setup; each pre-built sandbox is used for one run only.
+    /// Keeps exactly up to `per_shape` process sandboxes pre-built for each caps shape
+    /// already run; `0` turns the pool off. Default: adaptive
+    /// ([`sandbox_os::pool::PoolSize::default`]: as many as the shape recently had runs in
+    /// flight, at most 4 per shape and 8 in all, killed after 30 s unused). A warm run skips
+    /// namespace, filesystem, landlock, seccomp and cgroup setup; each pre-built sandbox is
+    /// used for one run only.
     pub fn warm_pool(mut self, per_shape: usize) -> Self {
-        self.warm_pool = per_shape;
+        self.warm_pool = Some(per_shape);
         self
     }
 
@@ -169,7 +172,7 @@ struct Inner {
     choice: BackendChoice,
     strictness: Strictness,
     helper: Option<PathBuf>,
-    warm_pool: usize,
+    warm_pool: Option<usize>,
     #[cfg(feature = "process")]
     id_range: Option<sandbox_os::identity::IdRange>,
     #[cfg(feature = "wasm")]
@@ -245,7 +248,11 @@ impl Sandbox {
         match kind {
             #[cfg(feature = "process")]
             BackendKind::Process => Ok(Arc::clone(self.inner.process.get_or_init(|| {
-                Arc::new(self.process_backend().with_warm_pool(self.inner.warm_pool))
+                let backend = self.process_backend();
+                Arc::new(match self.inner.warm_pool {
+                    Some(per_shape) => backend.with_warm_pool(per_shape),
+                    None => backend,
+                })
             }))),
             #[cfg(feature = "wasm")]
             BackendKind::Wasm => {

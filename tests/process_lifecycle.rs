@@ -170,14 +170,115 @@ fn warm_pool_sandboxes_die_with_the_sandbox_handle() {
     );
 }
 
+fn pooled_backend(size: strata::sandbox_os::PoolSize) -> strata::sandbox_os::ProcessBackend {
+    strata::sandbox_os::ProcessBackend::with_helper(helper()).with_pool_size(size)
+}
+
+#[test]
+fn default_pool_makes_the_second_run_of_a_shape_warm_and_only_that_shape() {
+    use strata::Backend;
+    let _serial = serial();
+    let backend = strata::sandbox_os::ProcessBackend::with_helper(helper());
+    let (tool, ctx) = (Tool::command(["/bin/true"]), RunContext::default());
+    let caps = Caps::new();
+    backend.run(&tool, &caps, &ctx).expect("first run");
+    assert!(
+        eventually(Duration::from_secs(10), || backend.warm_idle() == 1),
+        "one sandbox built for the shape after its first run, got {}",
+        backend.warm_idle()
+    );
+    backend.run(&tool, &caps, &ctx).expect("second run");
+    let stats = backend.pool_stats();
+    assert_eq!((stats.cold_runs, stats.warm_runs), (1, 1), "{stats:?}");
+    // Another CPU quota is another shape: a pooled sandbox of the first must not serve it.
+    let mut other = Caps::new();
+    other.limits.cpus = 0.5;
+    backend.run(&tool, &other, &ctx).expect("other shape");
+    let stats = backend.pool_stats();
+    assert_eq!((stats.cold_runs, stats.warm_runs), (2, 1), "{stats:?}");
+}
+
+#[test]
+fn idle_warm_sandboxes_expire_and_leave_no_processes() {
+    use strata::Backend;
+    let _serial = serial();
+    let before = children();
+    let backend = pooled_backend(strata::sandbox_os::PoolSize::Adaptive {
+        per_shape: 2,
+        total: 4,
+        idle_ttl: Duration::from_millis(300),
+    });
+    let ctx = RunContext::default();
+    backend
+        .run(&Tool::command(["/bin/true"]), &Caps::new(), &ctx)
+        .expect("run");
+    assert!(
+        eventually(Duration::from_secs(10), || backend.pool_stats().built == 1),
+        "refilled"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || backend.pool_stats().expired
+            == 1
+            && backend.warm_idle() == 0),
+        "the idle sandbox expired: {:?}",
+        backend.pool_stats()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || children() <= before),
+        "an expired sandbox left processes: {} > {before}",
+        children()
+    );
+}
+
+#[test]
+fn pool_holds_at_most_its_total_and_evicts_the_oldest() {
+    use strata::Backend;
+    let _serial = serial();
+    let backend = pooled_backend(strata::sandbox_os::PoolSize::Adaptive {
+        per_shape: 2,
+        total: 2,
+        idle_ttl: Duration::from_secs(60),
+    });
+    let ctx = RunContext::default();
+    let tool = Tool::command(["/bin/true"]);
+    let shape = |n: u64| Caps::new().timeout(Duration::from_secs(10 + n));
+    for n in 0..4 {
+        backend.run(&tool, &shape(n), &ctx).expect("run");
+        assert!(
+            eventually(Duration::from_secs(10), || backend.pool_stats().built
+                == n + 1),
+            "shape {n} refilled: {:?}",
+            backend.pool_stats()
+        );
+        assert!(backend.warm_idle() <= 2, "over the total");
+    }
+    assert_eq!(
+        backend.pool_stats().evicted,
+        2,
+        "{:?}",
+        backend.pool_stats()
+    );
+    backend.run(&tool, &shape(3), &ctx).expect("newest shape");
+    assert_eq!(
+        backend.pool_stats().warm_runs,
+        1,
+        "the newest shape stayed warm"
+    );
+    backend.run(&tool, &shape(0), &ctx).expect("oldest shape");
+    assert_eq!(
+        backend.pool_stats().warm_runs,
+        1,
+        "the oldest shape was evicted"
+    );
+}
+
 #[test]
 fn thousand_runs_leak_no_processes_zombies_mounts_cgroups_or_fds() {
     let _serial = serial();
+    let (fds, mounts) = (fd_count(), mount_count());
     let sb = sandbox();
     let caps = Caps::new();
     let tool = Tool::command(["/bin/true"]);
-    sb.run(&tool, &caps).expect("warm-up");
-    let (fds, mounts) = (fd_count(), mount_count());
     let timeout_caps = Caps::new().timeout(Duration::from_millis(50));
     let mut output_caps = Caps::new();
     output_caps.limits.output = strata::ByteSize(1024);

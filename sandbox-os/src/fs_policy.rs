@@ -207,41 +207,18 @@ mod tests {
     }
 
     fn spec() -> Spec {
-        Spec {
-            run: sandbox_core::RunSpec {
-                version: sandbox_core::RUN_SPEC_VERSION,
-                mounts: vec![
-                    mount("/home/u/out", "/out", true, MountRole::Grant),
-                    mount(
-                        "/home/u/out/.git/hooks",
-                        "/out/.git/hooks",
-                        false,
-                        MountRole::HostExecuted,
-                    ),
-                ],
-                system: sandbox_core::SystemDirs::Runtime,
-                env: Default::default(),
-                workdir: "/tmp".into(),
-                net: sandbox_core::Net::None,
-                limits: Default::default(),
-                agent: None,
-                protect_host_executed: true,
-            },
-            system_mounts: vec![mount("/usr", "/usr", false, MountRole::System)],
-            workdir_is_scratch: false,
-            links: vec![],
-            files: vec![],
-            uid: 1000,
-            gid: 1000,
-            host_ids: None,
-            fresh_ids: false,
-            cgroup_limits: true,
-            landlock: true,
-            require_landlock: true,
-            cgroup_procs: vec![],
-            fault: None,
-            image: None,
-        }
+        let mut spec = crate::protocol::tests::sample_spec();
+        spec.run.mounts = vec![
+            mount("/home/u/out", "/out", true, MountRole::Grant),
+            mount(
+                "/home/u/out/.git/hooks",
+                "/out/.git/hooks",
+                false,
+                MountRole::HostExecuted,
+            ),
+        ];
+        spec.system_mounts = vec![mount("/usr", "/usr", false, MountRole::System)];
+        spec
     }
 
     #[test]

@@ -32,4 +32,5 @@ pub mod supervise;
 mod sys;
 
 pub use container::ContainerBackend;
+pub use pool::{PoolSize, PoolStats};
 pub use process::{find_helper, ProcessBackend, HELPER_NAME};

@@ -163,6 +163,22 @@ struct State {
     shapes: HashMap<String, Shape>,
     reaper: bool,
     closed: bool,
+    stats: PoolStats,
+}
+
+/// Counters of a pool since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Runs that took a pre-built sandbox.
+    pub warm_runs: u64,
+    /// Runs that built their own.
+    pub cold_runs: u64,
+    /// Sandboxes built ahead of time.
+    pub built: u64,
+    /// Idle sandboxes killed after their time to live.
+    pub expired: u64,
+    /// Idle sandboxes killed to stay within the total.
+    pub evicted: u64,
 }
 
 /// Pre-started sandboxes keyed by shape ([`Spec::pool_key`]).
@@ -216,6 +232,11 @@ impl Pool {
         self.size
     }
 
+    /// Counters since the pool was created.
+    pub fn stats(&self) -> PoolStats {
+        lock(&self.state).stats
+    }
+
     /// Number of idle sandboxes across all shapes.
     pub fn idle(&self) -> usize {
         lock(&self.state)
@@ -247,6 +268,10 @@ impl Pool {
         }
         // Most recently built first: the oldest idle sandboxes are the ones to expire.
         let warm = shape.idle.pop().map(|idle| idle.warm);
+        match warm {
+            Some(_) => state.stats.warm_runs += 1,
+            None => state.stats.cold_runs += 1,
+        }
         (warm, lease)
     }
 
@@ -270,17 +295,12 @@ impl Pool {
             if state.closed {
                 return;
             }
-            let total: usize = state
-                .shapes
-                .values()
-                .map(|s| s.idle.len() + s.building)
-                .sum();
-            let room = self.size.total().saturating_sub(total);
+            // A shape in use gets its sandboxes even when the pool is full: the oldest idle
+            // ones (of other shapes) make room when these are filed.
+            let total = self.size.total();
             let shape = state.shapes.entry(key.clone()).or_default();
-            let target = self.target(shape);
-            let missing = target
-                .saturating_sub(shape.idle.len() + shape.building)
-                .min(room);
+            let target = self.target(shape).min(total);
+            let missing = target.saturating_sub(shape.idle.len() + shape.building);
             shape.building += missing;
             missing
         };
@@ -308,24 +328,30 @@ impl Pool {
         }
     }
 
-    /// Files a sandbox a refill built (or drops it if the pool closed meanwhile).
+    /// Files a sandbox a refill built (or kills it if the pool closed meanwhile). The
+    /// build counts as in progress until then, so [`Pool::clear`] waits for the kill.
     fn built(self: &Arc<Self>, key: &str, built: Result<Warm>) {
+        let done = |state: &mut State| {
+            if let Some(shape) = state.shapes.get_mut(key) {
+                shape.building = shape.building.saturating_sub(1);
+            }
+            self.wake.notify_all();
+        };
         let mut state = lock(&self.state);
-        if let Some(shape) = state.shapes.get_mut(key) {
-            shape.building = shape.building.saturating_sub(1);
-        }
         let warm = match built {
-            Ok(warm) => warm,
-            Err(e) => {
-                tracing::debug!(error = %e, "warm sandbox not built");
+            Ok(warm) if !state.closed => warm,
+            other => {
+                drop(state);
+                if let Err(e) = &other {
+                    tracing::debug!(error = %e, "warm sandbox not built");
+                }
+                drop(other); // kills a sandbox built for a closed pool
+                done(&mut lock(&self.state));
                 return;
             }
         };
-        if state.closed {
-            drop(state);
-            drop(warm);
-            return;
-        }
+        done(&mut state);
+        state.stats.built += 1;
         state
             .shapes
             .entry(key.to_string())
@@ -336,6 +362,7 @@ impl Pool {
                 since: Instant::now(),
             });
         let evicted = evict_over_total(&mut state, self.size.total());
+        state.stats.evicted += evicted.len() as u64;
         let start_reaper = self.size.idle_ttl().is_some() && !state.reaper;
         if start_reaper {
             state.reaper = true;
@@ -379,6 +406,7 @@ impl Pool {
                 .flat_map(|s| s.idle.iter().map(|idle| idle.since + ttl))
                 .min();
             if !expired.is_empty() {
+                state.stats.expired += expired.len() as u64;
                 drop(state);
                 drop(expired); // kills them, outside the lock
                 state = lock(&self.state);
@@ -400,8 +428,9 @@ impl Pool {
         }
     }
 
-    /// Kills every idle sandbox; sandboxes still being built are killed when they are done.
-    pub fn clear(&self) {
+    /// Closes the pool: kills every idle sandbox, and waits (at most `wait`) for those
+    /// being built, which are killed as soon as they are done.
+    pub fn clear(&self, wait: Duration) {
         let mut state = lock(&self.state);
         state.closed = true;
         let idle: Vec<Idle> = state
@@ -409,8 +438,13 @@ impl Pool {
             .values_mut()
             .flat_map(|s| std::mem::take(&mut s.idle))
             .collect();
-        drop(state);
         self.wake.notify_all();
+        let building = |state: &mut State| state.shapes.values().any(|s| s.building > 0);
+        let state = match self.wake.wait_timeout_while(state, wait, |s| building(s)) {
+            Ok((guard, _)) => guard,
+            Err(poisoned) => poisoned.into_inner().0,
+        };
+        drop(state);
         drop(idle);
     }
 }

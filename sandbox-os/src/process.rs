@@ -96,10 +96,11 @@ impl std::fmt::Debug for ProcessBackend {
 }
 
 impl Drop for ProcessBackend {
-    /// Kills the idle warm sandboxes and waits (up to a second) until the cgroups of
-    /// finished runs are removed, so a dropped backend leaves nothing behind.
+    /// Kills the idle warm sandboxes (waiting up to 2 s for those being built) and waits (up
+    /// to a second) until finished runs are torn down, so a dropped backend leaves nothing
+    /// behind.
     fn drop(&mut self) {
-        self.pool.clear();
+        self.pool.clear(std::time::Duration::from_secs(2));
         crate::cgroup_cleanup::flush(std::time::Duration::from_secs(1));
     }
 }
@@ -234,6 +235,11 @@ impl ProcessBackend {
     /// Number of idle pre-built sandboxes.
     pub fn warm_idle(&self) -> usize {
         self.pool.idle()
+    }
+
+    /// The warm pool's counters (warm and cold runs, sandboxes built, expired, evicted).
+    pub fn pool_stats(&self) -> pool::PoolStats {
+        self.pool.stats()
     }
 
     /// Simulates the failure of one layer, to test that runs fail closed. Not for production.
@@ -1093,4 +1099,64 @@ fn receipt(
         r.gap(*capability, reason.clone());
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::tests::sample_spec;
+
+    /// What an honest helper reports for `spec`.
+    fn honest(spec: &Spec) -> Enforced {
+        Enforced {
+            namespaces: NAMESPACES
+                .iter()
+                .chain(&["net"])
+                .map(|s| s.to_string())
+                .collect(),
+            landlock_abi: 7,
+            landlock_status: LandlockStatus::FullyEnforced,
+            seccomp_allowed: 300,
+            no_new_privs: true,
+            uid_map: vec![(1000, 1000, 1)],
+            gid_map: vec![(1000, 1000, 1)],
+            fds_closed: true,
+            mounts: spec.mounts().into_iter().cloned().collect(),
+            net: spec.net(),
+            rlimits: spec.rlimits(),
+            ..Enforced::default()
+        }
+    }
+
+    #[test]
+    fn a_helper_report_missing_a_guarantee_withholds_the_result() {
+        let mut spec = sample_spec();
+        spec.run.mounts.push(MountSpec {
+            source: "/data".into(),
+            target: "/data".into(),
+            writable: false,
+            is_dir: true,
+            exec: true,
+            role: MountRole::Grant,
+            followed_from: None,
+        });
+        assert!(check_enforced(&honest(&spec), &spec).is_ok());
+        let tampered: [(&str, fn(&mut Enforced)); 7] = [
+            ("no pid namespace", |e| e.namespaces.retain(|n| n != "pid")),
+            ("no net namespace", |e| e.namespaces.retain(|n| n != "net")),
+            ("host network", |e| e.net = NetMode::Host),
+            ("no no_new_privs", |e| e.no_new_privs = false),
+            ("fds open", |e| e.fds_closed = false),
+            ("a mount missing", |e| {
+                e.mounts.pop();
+            }),
+            ("other rlimits", |e| e.rlimits.clear()),
+        ];
+        for (what, tamper) in tampered {
+            let mut report = honest(&spec);
+            tamper(&mut report);
+            let err = check_enforced(&report, &spec).expect_err(what);
+            assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable, "{what}");
+        }
+    }
 }

@@ -437,8 +437,54 @@ impl FrameBuffer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A spec with no mounts, tool ids 1000, cgroup limits, default limits.
+    pub(crate) fn sample_spec() -> Spec {
+        Spec {
+            run: RunSpec {
+                version: sandbox_core::RUN_SPEC_VERSION,
+                mounts: vec![],
+                system: sandbox_core::SystemDirs::Runtime,
+                env: Default::default(),
+                workdir: "/tmp".into(),
+                net: Net::None,
+                limits: Default::default(),
+                agent: None,
+                protect_host_executed: true,
+            },
+            system_mounts: vec![],
+            workdir_is_scratch: false,
+            links: vec![],
+            files: vec![],
+            uid: 1000,
+            gid: 1000,
+            host_ids: None,
+            fresh_ids: false,
+            cgroup_limits: true,
+            landlock: true,
+            require_landlock: true,
+            cgroup_procs: vec![],
+            fault: None,
+            image: None,
+        }
+    }
+
+    #[test]
+    fn the_pool_key_covers_every_limit() {
+        let spec = sample_spec();
+        let mut other = spec.clone();
+        other.run.limits.cpus = 0.5;
+        assert_ne!(spec.pool_key(), other.pool_key(), "cpus");
+        let mut other = spec.clone();
+        other.run.limits.memory = sandbox_core::ByteSize(64 << 20);
+        assert_ne!(spec.pool_key(), other.pool_key(), "memory");
+        let mut other = spec.clone();
+        other.fresh_ids = true;
+        assert_ne!(spec.pool_key(), other.pool_key(), "identity mode");
+        assert_eq!(spec.pool_key(), spec.clone().pool_key());
+    }
 
     #[test]
     fn frames_round_trip_whole_and_in_pieces() {

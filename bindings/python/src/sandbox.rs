@@ -32,8 +32,10 @@ use crate::types::{PyCaps, PyTool};
 ///   receipt.
 /// - `helper`: path of the `strata-helper` binary of the process backend. The `strata`
 ///   package passes `$STRATA_HELPER` or the copy shipped inside the wheel.
-/// - `warm_pool`: process sandboxes kept pre-built per caps shape already run (default 0);
-///   a warm run skips most of the sandbox setup. Each pre-built sandbox serves one run.
+/// - `warm_pool`: process sandboxes kept pre-built per caps shape already run. Default
+///   `None`: sized by recent demand (at most 4 per shape, 8 in all, killed after 30 s
+///   unused); `0` turns pre-building off. A warm run skips most of the sandbox setup. Each
+///   pre-built sandbox serves one run.
 ///
 /// Use it as a context manager (or call `close()`) to kill runs still in flight when
 /// leaving.
@@ -321,23 +323,23 @@ fn link(shutdown: &CancelToken, run: &CancelToken) -> impl Drop {
 #[pymethods]
 impl PySandbox {
     #[new]
-    #[pyo3(signature = (backend = "auto", *, strict = true, helper = None, warm_pool = 0))]
+    #[pyo3(signature = (backend = "auto", *, strict = true, helper = None, warm_pool = None))]
     fn new(
         py: Python<'_>,
         backend: &str,
         strict: bool,
         helper: Option<PathBuf>,
-        warm_pool: usize,
+        warm_pool: Option<usize>,
     ) -> PyResult<Self> {
         let choice: BackendChoice = backend.parse().py_err(py)?;
-        let mut builder = Sandbox::builder()
-            .backend(choice)
-            .strictness(if strict {
-                Strictness::Strict
-            } else {
-                Strictness::BestEffort
-            })
-            .warm_pool(warm_pool);
+        let mut builder = Sandbox::builder().backend(choice).strictness(if strict {
+            Strictness::Strict
+        } else {
+            Strictness::BestEffort
+        });
+        if let Some(per_shape) = warm_pool {
+            builder = builder.warm_pool(per_shape);
+        }
         if let Some(path) = &helper {
             builder = builder.helper(path);
         }

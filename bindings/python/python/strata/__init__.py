@@ -98,12 +98,13 @@ def _default_helper() -> str:
 class Sandbox(_strata.Sandbox):
     """Runs tools in sandboxes; see :class:`strata._strata.Sandbox` for ``run``.
 
-    ``Sandbox(backend="auto", *, strict=True, helper=None, warm_pool=0)``: ``backend`` is
+    ``Sandbox(backend="auto", *, strict=True, helper=None, warm_pool=None)``: ``backend`` is
     ``"auto"`` (default), ``"process"``, ``"wasm"``, ``"container"`` or ``"microvm"``;
     ``strict=True`` (default) refuses runs whose caps cannot be fully enforced here;
     ``helper`` defaults to ``$STRATA_HELPER`` or the ``strata-helper`` binary shipped in
-    the wheel; ``warm_pool`` (default 0) keeps that many process sandboxes pre-built per
-    caps shape already run.
+    the wheel; ``warm_pool`` keeps that many process sandboxes pre-built per caps shape
+    already run (default ``None``: sized by recent demand, at most 4 per shape and 8 in
+    all, killed after 30 s unused; ``0`` turns pre-building off).
 
     Thread-safe: runs release the GIL. ``with Sandbox() as sb:`` (or ``async with``) kills
     runs still in flight on exit. ``await sb.arun(...)`` runs without blocking the event
@@ -116,7 +117,7 @@ class Sandbox(_strata.Sandbox):
         *,
         strict: bool = True,
         helper: Union[str, "os.PathLike[str]", None] = None,
-        warm_pool: int = 0,
+        warm_pool: Optional[int] = None,
     ) -> "Sandbox":
         return super().__new__(
             cls,

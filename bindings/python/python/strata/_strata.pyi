@@ -262,7 +262,7 @@ class Sandbox:
         *,
         strict: bool = True,
         helper: Optional[_Path] = None,
-        warm_pool: int = 0,
+        warm_pool: Optional[int] = None,
     ) -> Self: ...
     def run(
         self,
