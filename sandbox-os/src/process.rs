@@ -1141,7 +1141,8 @@ mod tests {
             followed_from: None,
         });
         assert!(check_enforced(&honest(&spec), &spec).is_ok());
-        let tampered: [(&str, fn(&mut Enforced)); 7] = [
+        type Tamper = fn(&mut Enforced);
+        let tampered: [(&str, Tamper); 7] = [
             ("no pid namespace", |e| e.namespaces.retain(|n| n != "pid")),
             ("no net namespace", |e| e.namespaces.retain(|n| n != "net")),
             ("host network", |e| e.net = NetMode::Host),
