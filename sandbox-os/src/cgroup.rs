@@ -339,11 +339,6 @@ impl RunCgroup {
         Ok(dir)
     }
 
-    /// Whether a CPU quota was set.
-    pub fn has_cpu_quota(&self) -> bool {
-        self.cpu_quota
-    }
-
     /// CPU time used so far by every process in the run, microseconds.
     pub fn cpu_usage_us(&self) -> Option<u64> {
         let text = fs::read_to_string(self.cpu_usage_file.as_ref()?).ok()?;

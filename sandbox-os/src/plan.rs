@@ -92,7 +92,7 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/us
 /// directories pinned (unless the caps opt out). Entries that another, deeper grant of the
 /// caller covers are left to that grant. Shared by the process sandbox and the container
 /// engine runtimes.
-pub(crate) fn grant_mounts(
+pub fn grant_mounts(
     mount: &sandbox_core::Mount,
     caps: &Caps,
     host: &dyn HostView,

@@ -237,7 +237,7 @@ impl ProcessBackend {
     }
 
     /// The host probe (computed once per process), with injected faults applied.
-    pub fn host(&self) -> &HostProbe {
+    pub(crate) fn host(&self) -> &HostProbe {
         self.probe.get_or_init(|| {
             let mut probe = HostProbe::cached();
             if self.fault == Some(Fault::Cgroup) {
@@ -374,20 +374,24 @@ impl ProcessBackend {
             _ => None,
         };
         let key = Pool::key(&spec, limits, fresh_ids.is_some());
-        let warm = match self.pool.take(&key) {
+        // Image roots are never pooled: a kept workspace takes one overlay at a time.
+        let pooled = spec.image.is_none();
+        let warm = match pooled.then(|| self.pool.take(&key)).flatten() {
             Some(warm) => warm,
             None => pool::build(helper, &spec, layout, limits, fresh_ids.as_deref())?,
         };
-        self.pool.refill(
-            key,
-            pool::Recipe {
-                helper: helper.to_path_buf(),
-                spec: spec.clone(),
-                layout: layout.cloned(),
-                limits,
-                fresh_ids,
-            },
-        );
+        if pooled {
+            self.pool.refill(
+                key,
+                pool::Recipe {
+                    helper: helper.to_path_buf(),
+                    spec: spec.clone(),
+                    layout: layout.cloned(),
+                    limits,
+                    fresh_ids,
+                },
+            );
+        }
         let Warm { prepared, cgroup } = warm;
         let usage = || cgroup.as_ref().and_then(|cg| cg.cpu_usage_us());
         let cpu_watch = cgroup
@@ -760,7 +764,7 @@ fn identity_receipt(
 }
 
 /// What the receipt says about host-executed paths inside writable grants.
-pub(crate) fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], caps: &Caps) {
+pub fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], caps: &Caps) {
     let writable_dirs = mounts
         .iter()
         .any(|m| m.role == MountRole::Grant && m.writable && m.is_dir);
