@@ -68,7 +68,7 @@ pub struct Facts {
     /// A pids cgroup will cap processes (otherwise `RLIMIT_NPROC` does).
     pub pids_cgroup: bool,
     /// The tool runs under a host identity of its own, and the embedder's ids appear
-    /// inside at [`crate::identity::EMBEDDER_INSIDE_ID`].
+    /// inside at `EMBEDDER_INSIDE_ID` (65533).
     pub mapped_identity: bool,
 }
 
