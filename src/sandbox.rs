@@ -176,7 +176,8 @@ struct Inner {
     #[cfg(feature = "wasm")]
     wasm_layered: bool,
     /// The one process backend: process runs, the container backend's native runtime and
-    /// the layered wasm engine share its helper, warm pool, id registry and host probe.
+    /// the layered wasm engine share its helper, id registry and host probe (its warm pool
+    /// serves runs without an image root).
     #[cfg(feature = "process")]
     process: OnceLock<Arc<sandbox_os::ProcessBackend>>,
     #[cfg(feature = "wasm")]
