@@ -19,10 +19,15 @@
 //! refused before anything executes ([`Strictness::Strict`], the default); the
 //! [`Receipt`] in every [`RunOutput`] lists what was enforced and by which mechanism.
 //!
-//! Backends (cargo features): `process` (default; Linux namespaces, landlock, seccomp,
-//! cgroups; also the `container` backend, which runs tools in OCI images natively or on a
-//! Docker/Podman engine, see [`ContainerSpec`]), `wasm` (default; wasmtime). The microVM
-//! backend is reported as unavailable until it is built.
+//! Backends (cargo features, all on by default): `process` (Linux namespaces, landlock,
+//! seccomp, cgroups; crate `sandbox-os`), `container` (needs `process`; runs tools in OCI
+//! images natively on the process sandbox or on a Docker/Podman engine, see
+//! [`ContainerSpec`]; crate `sandbox-container`), `wasm` (wasmtime; crate `sandbox-wasm`).
+//! A backend that is not compiled in is reported as [`Error::BackendUnavailable`]
+//! naming its feature. The microVM backend is reported as unavailable until it is built.
+//!
+//! [`Sandbox`] is the entry point; [`ProcessBackend`] and [`ContainerBackend`] are
+//! re-exported for embedders that drive a backend through the [`Backend`] trait directly.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -42,9 +47,10 @@ pub use sandbox_core::{
     Tool, TrapKind, RUN_SPEC_VERSION, STDIN_BUFFER,
 };
 
-/// The process backend crate, for embedders that need its lower-level API.
+#[cfg(feature = "container")]
+pub use sandbox_container::ContainerBackend;
 #[cfg(feature = "process")]
-pub use sandbox_os;
+pub use sandbox_os::{find_helper, IdRange, PoolSize, PoolStats, ProcessBackend, HELPER_NAME};
 /// The wasm backend crate (its configuration, layering, interpreter locations).
 #[cfg(feature = "wasm")]
 pub use sandbox_wasm;

@@ -55,7 +55,7 @@ pub struct SandboxBuilder {
     helper: Option<PathBuf>,
     warm_pool: Option<usize>,
     #[cfg(feature = "process")]
-    id_range: Option<sandbox_os::identity::IdRange>,
+    id_range: Option<sandbox_os::IdRange>,
     #[cfg(feature = "wasm")]
     wasm_config: Option<sandbox_wasm::WasmConfig>,
     #[cfg(feature = "wasm")]
@@ -84,10 +84,10 @@ impl SandboxBuilder {
 
     /// Keeps exactly up to `per_shape` process sandboxes pre-built for each caps shape
     /// already run; `0` turns the pool off. Default: adaptive
-    /// ([`sandbox_os::pool::PoolSize::default`]: as many as the shape recently had runs in
+    /// ([`sandbox_os::PoolSize::default`]: as many as the shape recently had runs in
     /// flight, at most 4 per shape and 8 in all, killed after 30 s unused). A warm run skips
     /// namespace, filesystem, landlock, seccomp and cgroup setup; each pre-built sandbox is
-    /// used for one run only.
+    /// used for one run only. Container runs that keep a workspace are always built cold.
     pub fn warm_pool(mut self, per_shape: usize) -> Self {
         self.warm_pool = Some(per_shape);
         self
@@ -95,10 +95,10 @@ impl SandboxBuilder {
 
     /// The block of host ids the process and container backends give tools when the
     /// embedder is root. Default: root's first `/etc/subuid` and `/etc/subgid` entries,
-    /// else [`sandbox_os::identity::IdRange::FIXED`]. The agent registry lives in
+    /// else [`IdRange::FIXED`](sandbox_os::IdRange::FIXED). The agent registry lives in
     /// `$STRATA_STATE_DIR` (default `/var/lib/strata` for root).
     #[cfg(feature = "process")]
-    pub fn id_range(mut self, range: sandbox_os::identity::IdRange) -> Self {
+    pub fn id_range(mut self, range: sandbox_os::IdRange) -> Self {
         self.id_range = Some(range);
         self
     }
@@ -144,7 +144,7 @@ impl SandboxBuilder {
                 process: OnceLock::new(),
                 #[cfg(feature = "wasm")]
                 wasm: OnceLock::new(),
-                #[cfg(feature = "process")]
+                #[cfg(feature = "container")]
                 container: OnceLock::new(),
             }),
         })
@@ -152,17 +152,15 @@ impl SandboxBuilder {
 }
 
 fn compiled_in(kind: BackendKind) -> bool {
-    ((kind == BackendKind::Process || kind == BackendKind::Container) && cfg!(feature = "process"))
+    (kind == BackendKind::Process && cfg!(feature = "process"))
+        || (kind == BackendKind::Container && cfg!(feature = "container"))
         || (kind == BackendKind::Wasm && cfg!(feature = "wasm"))
 }
 
 fn not_built_reason(kind: BackendKind) -> String {
     match kind {
-        BackendKind::Process | BackendKind::Wasm => {
+        BackendKind::Process | BackendKind::Container | BackendKind::Wasm => {
             format!("the {kind} backend is not compiled in (enable the `{kind}` cargo feature)")
-        }
-        BackendKind::Container => {
-            "the container backend is not compiled in (enable the `process` cargo feature)".into()
         }
         _ => format!("the {kind} backend is not implemented in this version of strata"),
     }
@@ -174,16 +172,19 @@ struct Inner {
     helper: Option<PathBuf>,
     warm_pool: Option<usize>,
     #[cfg(feature = "process")]
-    id_range: Option<sandbox_os::identity::IdRange>,
+    id_range: Option<sandbox_os::IdRange>,
     #[cfg(feature = "wasm")]
     wasm_config: Option<sandbox_wasm::WasmConfig>,
     #[cfg(feature = "wasm")]
     wasm_layered: bool,
+    /// The one process backend: process runs, the container backend's native runtime and
+    /// the layered wasm engine share its helper, id registry and host probe (its warm pool
+    /// serves runs without an image root).
     #[cfg(feature = "process")]
-    process: OnceLock<Arc<dyn Backend>>,
+    process: OnceLock<Arc<sandbox_os::ProcessBackend>>,
     #[cfg(feature = "wasm")]
     wasm: OnceLock<Arc<dyn Backend>>,
-    #[cfg(feature = "process")]
+    #[cfg(feature = "container")]
     container: OnceLock<Arc<dyn Backend>>,
 }
 
@@ -230,30 +231,31 @@ impl Sandbox {
         }
     }
 
-    /// A process backend as configured (helper, id range), without its warm pool.
+    /// The process backend as configured (helper, id range, warm pool), created on first
+    /// use and shared by every backend that runs on it.
     #[cfg(feature = "process")]
-    fn process_backend(&self) -> sandbox_os::ProcessBackend {
-        let backend = match &self.inner.helper {
-            Some(path) => sandbox_os::ProcessBackend::with_helper(path),
-            None => sandbox_os::ProcessBackend::new(),
-        };
-        match self.inner.id_range {
-            Some(range) => backend.with_id_range(range),
-            None => backend,
-        }
+    fn process_backend(&self) -> Arc<sandbox_os::ProcessBackend> {
+        Arc::clone(self.inner.process.get_or_init(|| {
+            let backend = match &self.inner.helper {
+                Some(path) => sandbox_os::ProcessBackend::with_helper(path),
+                None => sandbox_os::ProcessBackend::new(),
+            };
+            let backend = match self.inner.id_range {
+                Some(range) => backend.with_id_range(range),
+                None => backend,
+            };
+            Arc::new(match self.inner.warm_pool {
+                Some(per_shape) => backend.with_warm_pool(per_shape),
+                None => backend,
+            })
+        }))
     }
 
     /// The backend instance for `kind`.
     pub fn backend(&self, kind: BackendKind) -> Result<Arc<dyn Backend>> {
         match kind {
             #[cfg(feature = "process")]
-            BackendKind::Process => Ok(Arc::clone(self.inner.process.get_or_init(|| {
-                let backend = self.process_backend();
-                Arc::new(match self.inner.warm_pool {
-                    Some(per_shape) => backend.with_warm_pool(per_shape),
-                    None => backend,
-                })
-            }))),
+            BackendKind::Process => Ok(self.process_backend()),
             #[cfg(feature = "wasm")]
             BackendKind::Wasm => {
                 if let Some(b) = self.inner.wasm.get() {
@@ -270,9 +272,9 @@ impl Sandbox {
                     Arc::new(sandbox_wasm::WasmBackend::with_config(config)?);
                 Ok(Arc::clone(self.inner.wasm.get_or_init(|| backend)))
             }
-            #[cfg(feature = "process")]
+            #[cfg(feature = "container")]
             BackendKind::Container => Ok(Arc::clone(self.inner.container.get_or_init(|| {
-                Arc::new(sandbox_os::ContainerBackend::with_process(
+                Arc::new(sandbox_container::ContainerBackend::with_process(
                     self.process_backend(),
                 ))
             }))),

@@ -7,6 +7,7 @@ mod common;
 mod container_common;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use container_common::*;
 use strata::{Caps, ContainerRuntime, ErrorKind, LimitKind, Tool};
@@ -420,6 +421,33 @@ fn kept_workspace_persists_the_writable_layer_between_runs() {
         .run(&sh("cat /etc/kept 2>/dev/null || echo clean"))
         .expect("3");
     assert_eq!(ok_stdout(&clean), "clean\n");
+}
+
+#[test]
+fn image_root_runs_on_a_shared_process_backend_are_never_prebuilt_by_its_warm_pool() {
+    // A pre-built sandbox of a kept workspace would mount its overlay while the run before
+    // it still writes there: image roots are always built cold, even when the process
+    // backend they share keeps a warm pool.
+    let fixture = Fixture::with_layers(vec![]);
+    let workspace = tempdir();
+    let mut caps = fixture.caps();
+    if let Some(c) = caps.container.as_mut() {
+        c.workspace = Some(workspace.path().to_path_buf());
+    }
+    let process = Arc::new(strata::ProcessBackend::with_helper(helper()).with_warm_pool(2));
+    let backend = strata::ContainerBackend::with_process(Arc::clone(&process))
+        .with_cache(sandbox_container::Cache::new(fixture.cache.path()));
+    let ctx = strata::RunContext::default();
+    let first = strata::Backend::run(&backend, &sh("echo kept > /etc/kept"), &caps, &ctx);
+    ok_stdout(&first.expect("1"));
+    let second = strata::Backend::run(&backend, &sh("cat /etc/kept"), &caps, &ctx);
+    assert_eq!(ok_stdout(&second.expect("2")), "kept\n");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        process.warm_idle(),
+        0,
+        "no image-root sandbox was pre-built"
+    );
 }
 
 // ---- D: exhaustion through the image's writable layer ----

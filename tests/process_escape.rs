@@ -613,7 +613,7 @@ fn grant_does_not_follow_a_symlink_planted_by_an_earlier_run() {
 
 #[test]
 fn grant_swapped_for_a_symlink_between_planning_and_mounting_fails_the_run() {
-    use strata::sandbox_os::{plan, protocol, supervise};
+    use sandbox_os::backend_api::{plan, protocol, supervise};
     let canary = Canary::new();
     let ws = tempfile::tempdir().expect("tempdir");
     let src = ws.path().join("src");
@@ -1110,7 +1110,7 @@ fn unknown_and_new_syscalls_get_enosys_and_clone3_falls_back() {
 
 #[test]
 fn every_denied_syscall_fails_with_eperm() {
-    use strata::sandbox_os::seccomp::DENIED;
+    use sandbox_os::backend_api::seccomp::DENIED;
     let list: Vec<String> = DENIED
         .iter()
         .map(|d| format!("({}, {:?})", d.nr, d.name))
@@ -1297,10 +1297,10 @@ fn kept_caps() -> &'static str {
 // ---------------------------------------------------------------- fail closed
 
 fn faulty(
-    fault: strata::sandbox_os::protocol::Fault,
+    fault: sandbox_os::backend_api::protocol::Fault,
     strictness: Strictness,
 ) -> strata::Result<strata::RunOutput> {
-    let backend = strata::sandbox_os::ProcessBackend::with_helper(helper()).inject_fault(fault);
+    let backend = strata::ProcessBackend::with_helper(helper()).inject_fault(fault);
     let ctx = strata::RunContext {
         strictness,
         ..Default::default()
@@ -1321,7 +1321,7 @@ fn faulty(
 
 #[test]
 fn namespace_failure_refuses_the_run_even_best_effort() {
-    use strata::sandbox_os::protocol::Fault;
+    use sandbox_os::backend_api::protocol::Fault;
     for strictness in [Strictness::Strict, Strictness::BestEffort] {
         let err = faulty(Fault::Namespaces, strictness).expect_err("must refuse");
         assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
@@ -1331,7 +1331,7 @@ fn namespace_failure_refuses_the_run_even_best_effort() {
 
 #[test]
 fn seccomp_failure_refuses_the_run() {
-    use strata::sandbox_os::protocol::Fault;
+    use sandbox_os::backend_api::protocol::Fault;
     let err = faulty(Fault::Seccomp, Strictness::BestEffort).expect_err("must refuse");
     assert_eq!(err.kind(), ErrorKind::Unenforceable);
     assert!(err.to_string().contains("seccomp"), "{err}");
@@ -1339,7 +1339,7 @@ fn seccomp_failure_refuses_the_run() {
 
 #[test]
 fn landlock_unavailable_refuses_strict_and_is_a_gap_best_effort() {
-    use strata::sandbox_os::protocol::Fault;
+    use sandbox_os::backend_api::protocol::Fault;
     let err = faulty(Fault::Landlock, Strictness::Strict).expect_err("strict refuses");
     assert_eq!(err.kind(), ErrorKind::Unenforceable);
     assert!(err.to_string().contains("landlock"), "{err}");
@@ -1362,7 +1362,7 @@ fn landlock_unavailable_refuses_strict_and_is_a_gap_best_effort() {
 
 #[test]
 fn limits_without_a_cgroup_are_refused_strict_and_listed_as_gaps_best_effort() {
-    use strata::sandbox_os::protocol::Fault;
+    use sandbox_os::backend_api::protocol::Fault;
     // rlimits are per process or per uid: they may not stand in for the run's memory, pids
     // and CPU limits, for any caller.
     let err = faulty(Fault::Cgroup, Strictness::Strict).expect_err("strict refuses");

@@ -662,7 +662,7 @@ fn configured_id_range_is_where_tools_run() {
     if !require_root("configured_id_range_is_where_tools_run") {
         return;
     }
-    let range = strata::sandbox_os::identity::IdRange {
+    let range = strata::IdRange {
         uid_base: 1_800_000_000,
         gid_base: 1_810_000_000,
         count: 1024,

@@ -170,15 +170,15 @@ fn warm_pool_sandboxes_die_with_the_sandbox_handle() {
     );
 }
 
-fn pooled_backend(size: strata::sandbox_os::PoolSize) -> strata::sandbox_os::ProcessBackend {
-    strata::sandbox_os::ProcessBackend::with_helper(helper()).with_pool_size(size)
+fn pooled_backend(size: strata::PoolSize) -> strata::ProcessBackend {
+    strata::ProcessBackend::with_helper(helper()).with_pool_size(size)
 }
 
 #[test]
 fn default_pool_makes_the_second_run_of_a_shape_warm_and_only_that_shape() {
     use strata::Backend;
     let _serial = serial();
-    let backend = strata::sandbox_os::ProcessBackend::with_helper(helper());
+    let backend = strata::ProcessBackend::with_helper(helper());
     let (tool, ctx) = (Tool::command(["/bin/true"]), RunContext::default());
     let caps = Caps::new();
     backend.run(&tool, &caps, &ctx).expect("first run");
@@ -203,7 +203,7 @@ fn idle_warm_sandboxes_expire_and_leave_no_processes() {
     use strata::Backend;
     let _serial = serial();
     let before = children();
-    let backend = pooled_backend(strata::sandbox_os::PoolSize::Adaptive {
+    let backend = pooled_backend(strata::PoolSize::Adaptive {
         per_shape: 2,
         total: 4,
         idle_ttl: Duration::from_millis(300),
@@ -234,7 +234,7 @@ fn idle_warm_sandboxes_expire_and_leave_no_processes() {
 fn pool_holds_at_most_its_total_and_evicts_the_oldest() {
     use strata::Backend;
     let _serial = serial();
-    let backend = pooled_backend(strata::sandbox_os::PoolSize::Adaptive {
+    let backend = pooled_backend(strata::PoolSize::Adaptive {
         per_shape: 2,
         total: 2,
         idle_ttl: Duration::from_secs(60),

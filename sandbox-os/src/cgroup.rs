@@ -358,11 +358,6 @@ impl RunCgroup {
         Ok(dir)
     }
 
-    /// The limits as the kernel holds them.
-    pub fn applied(&self) -> Applied {
-        self.applied
-    }
-
     /// CPU time used so far by every process in the run, microseconds.
     pub fn cpu_usage_us(&self) -> Option<u64> {
         let text = fs::read_to_string(self.cpu_usage_file.as_ref()?).ok()?;

@@ -177,11 +177,6 @@ impl Registry {
         }
     }
 
-    /// The range ids come from.
-    pub fn range(&self) -> IdRange {
-        self.range
-    }
-
     /// The registry file: one per range, so embedders configured with different ranges
     /// never mix offsets.
     pub fn path(&self) -> PathBuf {

@@ -1,36 +1,37 @@
-//! Strata's Linux backends.
+//! Strata's Linux process backend.
 //!
-//! The container backend ([`ContainerBackend`]) runs tools in OCI images, on the same
-//! sandbox with the image as its root, or on a Docker/Podman engine.
+//! [`ProcessBackend`] isolates host programs with user, mount, pid, network, IPC and UTS
+//! namespaces, a fresh root filesystem, landlock, a seccomp allowlist, dropped
+//! capabilities, cgroups and rlimits. The sandbox is built by the `strata-helper` binary
+//! (whose entry point is [`helper_main`]), so the embedding process (often a
+//! multi-threaded Python or Node runtime) is never forked. [`IdRange`] is the block of host
+//! ids tools run as when the embedder is root.
 //!
-//! The process backend ([`ProcessBackend`]) isolates host programs with user, mount, pid,
-//! network, IPC and UTS namespaces, a fresh root filesystem, landlock, a seccomp allowlist,
-//! dropped capabilities, cgroups and rlimits. The sandbox is built by the `strata-helper`
-//! binary ([`helper::main`]), so the embedding process (often a multi-threaded Python or
-//! Node runtime) is never forked.
-//!
-//! All raw syscalls live in the private `sys` module.
+//! The container backend (the `sandbox-container` crate) runs on this sandbox through
+//! [`backend_api`], a hidden module that is not a stable API. Everything else is private;
+//! all raw syscalls live in the private `sys` module.
 
 #![deny(missing_docs)]
 
-pub mod cgroup;
-pub mod cgroup_cleanup;
-pub mod container;
-pub mod fs_policy;
-pub mod helper;
-pub mod identity;
-pub mod plan;
-pub mod pool;
-pub mod probe;
-pub mod process;
-pub mod protocol;
-pub mod rootfs;
-pub mod seccomp;
-pub mod seccomp_oci;
-pub mod seccomp_table;
-pub mod supervise;
+#[doc(hidden)]
+pub mod backend_api;
+mod cgroup;
+mod cgroup_cleanup;
+mod fs_policy;
+mod helper;
+mod identity;
+mod plan;
+mod pool;
+mod probe;
+mod process;
+mod protocol;
+mod rootfs;
+mod seccomp;
+mod seccomp_table;
+mod supervise;
 mod sys;
 
-pub use container::ContainerBackend;
+pub use helper::main as helper_main;
+pub use identity::IdRange;
 pub use pool::{PoolSize, PoolStats};
 pub use process::{find_helper, ProcessBackend, HELPER_NAME};

@@ -65,7 +65,7 @@ pub struct Facts {
     /// stand in, per process and per uid).
     pub cgroup_limits: bool,
     /// The tool runs under a host identity of its own, and the embedder's ids appear
-    /// inside at [`crate::identity::EMBEDDER_INSIDE_ID`].
+    /// inside at `EMBEDDER_INSIDE_ID` (65533).
     pub mapped_identity: bool,
 }
 

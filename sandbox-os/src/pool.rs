@@ -227,11 +227,6 @@ impl Pool {
         self.size.per_shape() > 0
     }
 
-    /// The configured size.
-    pub fn size(&self) -> PoolSize {
-        self.size
-    }
-
     /// Counters since the pool was created.
     pub fn stats(&self) -> PoolStats {
         lock(&self.state).stats

@@ -255,7 +255,7 @@ impl ProcessBackend {
     }
 
     /// The host probe (computed once per process), with injected faults applied.
-    pub fn host(&self) -> &HostProbe {
+    pub(crate) fn host(&self) -> &HostProbe {
         self.probe.get_or_init(|| {
             let mut probe = HostProbe::cached();
             if self.fault == Some(Fault::Cgroup) {
@@ -395,20 +395,34 @@ impl ProcessBackend {
             _ => None,
         };
         let key = spec.pool_key();
-        let (warm, _lease) = self.pool.take(&key);
+        // A kept workspace takes one overlay at a time: such image roots are never pooled
+        // (a pre-built sandbox would mount it while this run writes to it).
+        let pooled = spec
+            .image
+            .as_ref()
+            .is_none_or(|image| image.workspace.is_none());
+        let (warm, _lease) = match pooled {
+            true => {
+                let (warm, lease) = self.pool.take(&key);
+                (warm, Some(lease))
+            }
+            false => (None, None),
+        };
         let warm = match warm {
             Some(warm) => warm,
             None => pool::build(helper, &spec, layout, registry.as_deref())?,
         };
-        self.pool.refill(
-            key,
-            pool::Recipe {
-                helper: helper.to_path_buf(),
-                spec: spec.clone(),
-                layout: layout.cloned(),
-                registry,
-            },
-        );
+        if pooled {
+            self.pool.refill(
+                key,
+                pool::Recipe {
+                    helper: helper.to_path_buf(),
+                    spec: spec.clone(),
+                    layout: layout.cloned(),
+                    registry,
+                },
+            );
+        }
         let Warm { prepared, cgroup } = warm;
         let usage = || cgroup.as_ref().and_then(|cg| cg.cpu_usage_us());
         let limits = &spec.run.limits;
@@ -805,7 +819,7 @@ fn identity_receipt(
 }
 
 /// What the receipt says about host-executed paths inside writable grants.
-pub(crate) fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], protect: bool) {
+pub fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], protect: bool) {
     let writable_dirs = mounts
         .iter()
         .any(|m| m.role == MountRole::Grant && m.writable && m.is_dir);

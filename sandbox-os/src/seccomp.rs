@@ -628,7 +628,7 @@ pub fn table() -> Vec<(u32, u32)> {
 
 /// Builds the two BPF programs. Pure: nothing is installed.
 ///
-/// 1. The table filter (binary search, [`crate::seccomp_table`]): architecture check, then
+/// 1. The table filter (binary search, the private `seccomp_table`): architecture check, then
 ///    allowed / `EPERM` / default `ENOSYS`.
 /// 2. The argument filter (seccompiler): [`DENIED_WHEN`] rules fail with `EPERM`,
 ///    everything else passes to the table's verdict.

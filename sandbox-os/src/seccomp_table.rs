@@ -88,6 +88,7 @@ fn emit(entries: &[(u32, u32)], default: u32, prog: &mut Vec<sock_filter>) {
 
 /// Runs `prog` on a syscall the way the kernel does (only the opcodes [`compile`] emits).
 /// Used by tests to check the compiled table against its source, entry by entry.
+#[cfg(test)]
 pub fn evaluate(prog: &[sock_filter], arch: u32, nr: u32) -> Option<u32> {
     let mut acc = 0u32;
     let mut pc = 0usize;

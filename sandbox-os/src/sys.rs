@@ -298,21 +298,6 @@ impl Drop for NonBlocking {
     }
 }
 
-/// Registers `fd` with the current tokio runtime's reactor for readiness to read, or hands
-/// it back when it cannot be polled (a regular file). Must run inside a runtime.
-pub fn register_readable(
-    fd: NonBlocking,
-) -> Result<tokio::io::unix::AsyncFd<NonBlocking>, NonBlocking> {
-    // SAFETY: `NonBlocking` owns its descriptor, never replaces it and returns the same one
-    // from every `as_raw_fd` call; it stays open until the `AsyncFd` that owns it drops.
-    match unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-    } {
-        Ok(fd) => Ok(fd),
-        Err(e) => Err(e.into_parts().0),
-    }
-}
-
 /// Sets `FD_CLOEXEC` on `fd`.
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on an fd we hold; no pointers.

@@ -2,5 +2,5 @@
 //! for each run; it is not meant to be run by hand.
 
 fn main() {
-    sandbox_os::helper::main()
+    sandbox_os::helper_main()
 }

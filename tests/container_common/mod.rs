@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 use strata::{BackendChoice, BackendKind, Caps, ContainerRuntime, RunOutput, Sandbox, Tool};
@@ -351,9 +351,9 @@ pub fn tempdir() -> tempfile::TempDir {
 
 /// A container backend with a private image cache (so a test exercises unpacking, and
 /// its fixtures do not accumulate in the user's cache).
-pub fn backend_with_cache(cache: &Path) -> sandbox_os::ContainerBackend {
-    sandbox_os::ContainerBackend::with_process(sandbox_os::ProcessBackend::with_helper(helper()))
-        .with_cache(sandbox_os::container::Cache::new(cache))
+pub fn backend_with_cache(cache: &Path) -> strata::ContainerBackend {
+    strata::ContainerBackend::with_process(Arc::new(strata::ProcessBackend::with_helper(helper())))
+        .with_cache(sandbox_container::Cache::new(cache))
 }
 
 /// Runs on a backend with a private cache.

@@ -1,4 +1,4 @@
-//! The container backend: an OCI image as the sandbox's root.
+//! Strata's container backend: an OCI image as the sandbox's root.
 //!
 //! Two kinds of runtime behind one [`ContainerBackend`], chosen per run by
 //! `caps.container.runtime`:
@@ -9,22 +9,30 @@
 //!   ([`image`]), unpacked safely ([`unpack`]) into a content-addressed cache ([`cache`]).
 //! - **docker / podman / runsc**: a container engine through its API ([`engine`]).
 //!
-//! Images are never pulled from a registry.
+//! Images are never pulled from a registry. The engine runtimes run under Strata's
+//! seccomp profile ([`seccomp_oci`]), generated from the process sandbox's table.
+//!
+//! Built on the process backend (`sandbox-os`): the native runtime is a process sandbox
+//! whose planned spec it adjusts, and a [`ContainerBackend`] can share one
+//! [`ProcessBackend`] (helper, id registry, host probe) with the embedder's process runs.
+
+#![deny(missing_docs)]
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Caps, Check, ContainerRuntime, Error, Result, RunContext,
     RunOutput, Tool,
 };
-
-use crate::process::ProcessBackend;
+use sandbox_os::ProcessBackend;
 
 pub mod cache;
 pub mod engine;
 pub mod image;
 pub mod native;
 pub mod owner;
+pub mod seccomp_oci;
 pub mod unpack;
 pub mod user;
 
@@ -32,7 +40,7 @@ pub use cache::Cache;
 
 /// Runs tools in OCI images: natively on the process sandbox, or on a container engine.
 ///
-/// Defaults: the helper found like the process backend's ([`crate::find_helper`]), the
+/// Defaults: the helper found like the process backend's ([`sandbox_os::find_helper`]), the
 /// image cache in [`Cache::default_dir`], the Docker engine at
 /// [`engine::DOCKER_SOCKET`]. Every run needs `caps.container` (an image); a run without
 /// one is an invalid request.
@@ -42,7 +50,7 @@ pub use cache::Cache;
 /// engine runtimes over the attach connection ([`engine`]).
 #[derive(Debug)]
 pub struct ContainerBackend {
-    process: ProcessBackend,
+    process: Arc<ProcessBackend>,
     cache: Cache,
     parsed: image::Memo,
 }
@@ -57,14 +65,15 @@ impl ContainerBackend {
     /// A backend using the default helper and image cache.
     pub fn new() -> Self {
         ContainerBackend {
-            process: ProcessBackend::new(),
+            process: Arc::new(ProcessBackend::new()),
             cache: Cache::new(Cache::default_dir()),
             parsed: image::Memo::default(),
         }
     }
 
-    /// A backend whose native runtime uses `process` (its helper, warm pool and probe).
-    pub fn with_process(process: ProcessBackend) -> Self {
+    /// A backend whose native runtime uses `process` (its helper, id registry and probe),
+    /// shared with the caller's process runs.
+    pub fn with_process(process: Arc<ProcessBackend>) -> Self {
         ContainerBackend {
             process,
             cache: Cache::new(Cache::default_dir()),

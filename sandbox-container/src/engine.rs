@@ -15,7 +15,6 @@
 //! ([`sandbox_core::StdinSource`]); the timeout and cancellation act while it is open.
 
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,12 +33,12 @@ use sandbox_core::{
     ExitStatus, LimitKind, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput, Stream,
     Tool, STDIN_BUFFER,
 };
+use sandbox_os::backend_api::protocol::{MountRole, MountSpec};
+use sandbox_os::backend_api::{plan, NonBlocking};
 use tokio::io::AsyncWriteExt;
 
 use super::image::{self, Format};
 use super::owner::{Owner, OWNER_LABEL};
-use crate::protocol::{MountRole, MountSpec};
-use crate::sys;
 
 /// The Docker engine's socket.
 pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
@@ -254,7 +253,7 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
         Tool::Command { argv } if argv.is_empty() => (None, None),
         Tool::Command { argv } => (Some(argv.clone()), None),
         Tool::Script { language, source } => {
-            let argv = crate::plan::script_argv(*language, source);
+            let argv = plan::script_argv(*language, source);
             (Some(argv[1..].to_vec()), Some(vec![argv[0].clone()]))
         }
         Tool::Wasm { .. } => return Err(Error::invalid(
@@ -289,7 +288,7 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
     // host-executed paths of writable grants bound read-only with their parents pinned.
     // The engine resolves each source path itself when it mounts (it cannot take an fd),
     // so a swap between this check and the mount is not caught here: see the threat model.
-    let binds = sandbox_core::RunSpec::new(caps, &crate::plan::RealHost)?.mounts;
+    let binds = sandbox_core::RunSpec::new(caps, &plan::RealHost)?.mounts;
     let mounts = binds
         .iter()
         .map(|bind| Mount {
@@ -394,7 +393,7 @@ impl Drop for RemoveOnDrop<'_> {
 async fn feed_stdin(
     mut input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
     bytes: Vec<u8>,
-    stream: Option<sys::NonBlocking>,
+    stream: Option<NonBlocking>,
 ) {
     if input.write_all(&bytes).await.is_err() {
         return;
@@ -402,12 +401,12 @@ async fn feed_stdin(
     drop(bytes);
     if let Some(stream) = stream {
         let mut buf = vec![0u8; STDIN_BUFFER];
-        match sys::register_readable(stream) {
+        match register_readable(stream) {
             Ok(fd) => loop {
                 let Ok(mut ready) = fd.readable().await else {
                     break;
                 };
-                match ready.try_io(|fd| sys::read(fd.as_raw_fd(), &mut buf)) {
+                match ready.try_io(|fd| read(fd.get_ref(), &mut buf)) {
                     Ok(Ok(0)) => break,
                     Ok(Ok(n)) => {
                         if input.write_all(&buf[..n]).await.is_err() {
@@ -424,7 +423,7 @@ async fn feed_stdin(
             },
             // Not pollable (a regular file): plain reads, which never wait for a producer.
             Err(stream) => loop {
-                match sys::read(stream.as_raw_fd(), &mut buf) {
+                match read(&stream, &mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
                         if input.write_all(&buf[..n]).await.is_err() {
@@ -441,6 +440,26 @@ async fn feed_stdin(
         }
     }
     let _ = input.shutdown().await;
+}
+
+/// Registers `fd` with the current tokio runtime's reactor for readiness to read, or hands
+/// it back when it cannot be polled (a regular file). Must run inside a runtime.
+fn register_readable(
+    fd: NonBlocking,
+) -> Result<tokio::io::unix::AsyncFd<NonBlocking>, NonBlocking> {
+    // SAFETY: `NonBlocking` owns its descriptor, never replaces it and returns the same one
+    // from every `as_raw_fd` call; it stays open until the `AsyncFd` that owns it drops.
+    match unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    } {
+        Ok(fd) => Ok(fd),
+        Err(e) => Err(e.into_parts().0),
+    }
+}
+
+/// `read` into `buf`.
+fn read(fd: &NonBlocking, buf: &mut [u8]) -> std::io::Result<usize> {
+    rustix::io::read(fd, buf).map_err(std::io::Error::from)
 }
 
 /// Why runsc runs with a read-write grant are refused when strict: Docker and Podman
@@ -529,7 +548,7 @@ async fn run_async(
     // before leaves the stream to the caller.
     let stream = match &ctx.stdin {
         Some(source) => Some(
-            sys::NonBlocking::new(source.take()?)
+            NonBlocking::new(source.take()?)
                 .map_err(|e| Error::invalid(format!("the stdin stream cannot be read: {e}")))?,
         ),
         None => None,
@@ -830,7 +849,7 @@ fn receipt(
             workdir
         ),
     );
-    crate::process::host_executed_receipt(&mut r, binds, caps.protect_host_executed);
+    sandbox_os::backend_api::host_executed_receipt(&mut r, binds, caps.protect_host_executed);
     r.enforce(
         Capability::Disk,
         format!("{engine} --tmpfs /tmp"),

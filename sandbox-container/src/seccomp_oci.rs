@@ -2,18 +2,17 @@
 //! runtimes (passed as `--security-opt seccomp=<json>`), so a Docker or Podman container
 //! gets the same allowlist, and in particular cannot create set-id files or device nodes.
 //!
-//! The table ([`crate::seccomp::ALLOWED`], [`crate::seccomp::DENIED`]) carries over as is.
+//! The table (`ALLOWED`, `DENIED` of `sandbox_os::backend_api::seccomp`) carries over as is.
 //! The argument rules cannot: libseccomp profiles allow a syscall when one of its argument
 //! forms matches, so each conditionally denied syscall is listed by its *safe* forms
 //! ([`SAFE_FORMS`]); a call in any other form gets the default `ENOSYS`. A unit test checks
-//! these forms against [`crate::seccomp::DENIED_WHEN`] over many argument values.
+//! these forms against `DENIED_WHEN` over many argument values.
 //! `ioctl` and `fcntl` stay fully allowed here (an engine container's stdio is never the
 //! host's terminal; a lease needs ownership of the file or `CAP_LEASE`, which engine
 //! containers do not have for files they did not create).
 
+use sandbox_os::backend_api::seccomp::{ALLOWED, DENIED, DENIED_WHEN};
 use serde_json::{json, Value};
-
-use crate::seccomp::{ALLOWED, DENIED, DENIED_WHEN};
 
 /// One argument comparison of an allowed form: `(index, op, value, value_two)` in the
 /// profile's terms (`SCMP_CMP_MASKED_EQ` compares `arg & value == value_two`).
@@ -116,7 +115,7 @@ pub fn profile() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seccomp::Cmp;
+    use sandbox_os::backend_api::seccomp::Cmp;
 
     /// Whether the process backend's argument rules deny `nr` with `args`.
     fn process_denies(syscall: &str, args: [u64; 6]) -> bool {

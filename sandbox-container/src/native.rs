@@ -13,13 +13,13 @@ use sandbox_core::{
     BackendKind, Capability, Caps, ContainerReceipt, ContainerSpec, Error, Result, RunContext,
     RunOutput, SystemDirs, Tool,
 };
+use sandbox_os::backend_api::protocol::{Command, ImageRootSpec, Spec};
+use sandbox_os::backend_api::{self, plan};
+use sandbox_os::ProcessBackend;
 
 use super::cache::Cache;
 use super::image::Image;
 use super::user;
-use crate::plan;
-use crate::process::ProcessBackend;
-use crate::protocol::{Command, ImageRootSpec, Spec};
 
 /// Top-level names of the image that the sandbox provides itself.
 const RESERVED: [&str; 4] = ["dev", "proc", "tmp", "sys"];
@@ -84,7 +84,7 @@ pub fn workdir(caps: &Caps, image: &Image) -> Result<PathBuf> {
         return Ok(dir.clone());
     }
     match &image.config.working_dir {
-        Some(dir) if dir.starts_with('/') => Ok(crate::container::normalize(dir)),
+        Some(dir) if dir.starts_with('/') => Ok(crate::normalize(dir)),
         Some(dir) => Err(Error::invalid(format!(
             "image {:?}: WorkingDir {dir:?} is not absolute",
             image.reference
@@ -213,7 +213,7 @@ pub fn run(
         spec.image = Some(image_root.clone());
         Ok(())
     };
-    let mut out = process.run_adjusted(&Tool::command(argv), &inner, ctx, &adjust)?;
+    let mut out = backend_api::run_adjusted(process, &Tool::command(argv), &inner, ctx, &adjust)?;
     let receipt = &mut out.receipt;
     receipt.backend = BackendKind::Container;
     receipt.layers = vec![BackendKind::Container];

@@ -1,0 +1,56 @@
+//! The process backend's internals that other Strata crates build on: the container
+//! backend (`sandbox-container`) runs its native runtime through [`run_adjusted`] and
+//! shares planning, receipts and the seccomp table with its engine runtimes; Strata's
+//! escape tests drive the planning and supervision stages directly.
+//!
+//! Not a stable API and not for embedders: it changes with the process backend.
+
+use sandbox_core::{Caps, Result, RunContext, RunOutput, Tool};
+
+use crate::ProcessBackend;
+
+pub use crate::process::host_executed_receipt;
+pub use crate::sys::NonBlocking;
+
+/// Runs `tool` on `backend` like [`sandbox_core::Backend::run`], letting `adjust` change
+/// the planned sandbox and command before anything starts (the container backend's hook:
+/// image root, user, environment). Image roots that keep a workspace never use the warm
+/// pool.
+pub fn run_adjusted(
+    backend: &ProcessBackend,
+    tool: &Tool,
+    caps: &Caps,
+    ctx: &RunContext,
+    adjust: &dyn Fn(&mut protocol::Spec, &mut protocol::Command) -> Result<()>,
+) -> Result<RunOutput> {
+    backend.run_adjusted(tool, caps, ctx, adjust)
+}
+
+/// What the host sends the helper ([`Spec`](protocol::Spec), [`Command`](protocol::Command))
+/// and what it reports back ([`Event`](protocol::Event)).
+pub mod protocol {
+    pub use crate::protocol::{
+        Command, EndReason, Enforced, Event, Fault, ImageRootSpec, LandlockStatus, MountRole,
+        MountSpec, SetupStage, Spec,
+    };
+}
+
+/// Planning: a [`RunSpec`](sandbox_core::RunSpec) + `Tool` into a
+/// [`Spec`](crate::backend_api::protocol::Spec) and command, and the pieces the engine
+/// runtimes reuse (the real host for grant resolution, script interpreters).
+pub mod plan {
+    pub use crate::plan::{plan, script_argv, Facts, HostView, RealHost};
+}
+
+/// The seccomp table (allowed, denied, denied-when-argument rules), compiled into the
+/// process sandbox's filters and turned into the engines' OCI profile.
+pub mod seccomp {
+    pub use crate::seccomp::{
+        build, Allowed, Cmp, Denied, DeniedWhen, ALLOWED, DENIED, DENIED_WHEN,
+    };
+}
+
+/// The host side of a run: spawning the helper with a spec and supervising one command.
+pub mod supervise {
+    pub use crate::supervise::{prepare, run, Input, Outcome, Prepared};
+}
