@@ -54,6 +54,7 @@ pub struct SandboxBuilder {
     strictness: Strictness,
     helper: Option<PathBuf>,
     warm_pool: Option<usize>,
+    cache_host_probe: bool,
     #[cfg(feature = "process")]
     id_range: Option<sandbox_os::IdRange>,
     #[cfg(feature = "wasm")]
@@ -90,6 +91,16 @@ impl SandboxBuilder {
     /// used for one run only. Container runs that keep a workspace are always built cold.
     pub fn warm_pool(mut self, per_shape: usize) -> Self {
         self.warm_pool = Some(per_shape);
+        self
+    }
+
+    /// Keeps the process backend's host probe (landlock ABI, seccomp, cgroup layout) on
+    /// disk across processes, in the state directory (`$STRATA_STATE_DIR`, else
+    /// `/var/lib/strata` for root). Default: off (probed once per process). For short-lived
+    /// processes such as the `strata` CLI. See
+    /// [`sandbox_os::ProcessBackend::with_probe_cache`].
+    pub fn cache_host_probe(mut self, cache: bool) -> Self {
+        self.cache_host_probe = cache;
         self
     }
 
@@ -134,6 +145,7 @@ impl SandboxBuilder {
                 strictness: self.strictness,
                 helper: self.helper,
                 warm_pool: self.warm_pool,
+                cache_host_probe: self.cache_host_probe,
                 #[cfg(feature = "process")]
                 id_range: self.id_range,
                 #[cfg(feature = "wasm")]
@@ -171,6 +183,7 @@ struct Inner {
     strictness: Strictness,
     helper: Option<PathBuf>,
     warm_pool: Option<usize>,
+    cache_host_probe: bool,
     #[cfg(feature = "process")]
     id_range: Option<sandbox_os::IdRange>,
     #[cfg(feature = "wasm")]
@@ -243,6 +256,10 @@ impl Sandbox {
             let backend = match self.inner.id_range {
                 Some(range) => backend.with_id_range(range),
                 None => backend,
+            };
+            let backend = match self.inner.cache_host_probe {
+                true => backend.with_probe_cache(),
+                false => backend,
             };
             Arc::new(match self.inner.warm_pool {
                 Some(per_shape) => backend.with_warm_pool(per_shape),

@@ -84,9 +84,13 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&e, json),
     };
+    // One run per process: no sandboxes built ahead of time, and the host probe read from
+    // the state directory instead of probing on every start.
     let sandbox = match Sandbox::builder()
         .backend(request.backend)
         .strictness(request.strictness)
+        .warm_pool(0)
+        .cache_host_probe(true)
         .build()
     {
         Ok(s) => s,

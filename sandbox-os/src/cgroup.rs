@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Where this host's cgroup controllers are, for the calling process.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Layout {
     /// Unified hierarchy: one base directory with `memory` and `pids` enabled.
     V2 {
@@ -36,6 +36,24 @@ pub enum Layout {
 }
 
 impl Layout {
+    /// The base directories runs are created in (one per v1 controller).
+    pub fn bases(&self) -> Vec<&Path> {
+        match self {
+            Layout::V2 { base } => vec![base],
+            Layout::V1 {
+                memory,
+                pids,
+                cpuacct,
+                cpu,
+            } => {
+                let mut v = vec![memory.as_path(), pids.as_path()];
+                v.extend(cpuacct.as_deref());
+                v.extend(cpu.as_deref());
+                v
+            }
+        }
+    }
+
     /// `"cgroup v2"` or `"cgroup v1"`.
     pub fn name(&self) -> &'static str {
         match self {
@@ -179,21 +197,7 @@ pub fn detect() -> Result<Layout, String> {
         choose_layout(&mounts, &membership, v2_controllers.as_deref()).ok_or_else(|| {
             "no cgroup hierarchy with memory and pids controllers is mounted".to_string()
         })?;
-    let bases: Vec<&Path> = match &layout {
-        Layout::V2 { base } => vec![base],
-        Layout::V1 {
-            memory,
-            pids,
-            cpuacct,
-            cpu,
-        } => {
-            let mut v = vec![memory.as_path(), pids.as_path()];
-            v.extend(cpuacct.as_deref());
-            v.extend(cpu.as_deref());
-            v
-        }
-    };
-    for base in &bases {
+    for base in layout.bases() {
         match fs::create_dir(base) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -209,7 +213,7 @@ pub fn detect() -> Result<Layout, String> {
             .map_err(|e| format!("cannot create cgroups in {}: {e}", base.display()))?;
         let _ = fs::remove_dir(&probe);
     }
-    crate::cgroup_cleanup::sweep_stale(&bases);
+    crate::cgroup_cleanup::sweep_stale(&layout.bases());
     if let Layout::V2 { base } = &layout {
         // Children of `strata/` need the controllers delegated to them.
         fs::write(base.join("cgroup.subtree_control"), "+memory +pids")

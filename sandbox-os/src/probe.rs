@@ -27,6 +27,55 @@ pub struct HostProbe {
     pub ids: (u32, u32),
 }
 
+/// The on-disk form of the cheap probe ([`HostProbe::cached_in`]).
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredProbe {
+    /// What the probe is valid for ([`probe_key`]).
+    key: String,
+    landlock_abi: i32,
+    seccomp: bool,
+    cgroup: Result<Layout, String>,
+}
+
+/// What a cached probe depends on: this build, the boot, the kernel, the effective ids and
+/// the process's cgroups.
+fn probe_key() -> String {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let (uid, gid) = sys::ids();
+    format!(
+        "{}|{}|{}|{uid}:{gid}|{}",
+        env!("CARGO_PKG_VERSION"),
+        read("/proc/sys/kernel/random/boot_id").trim(),
+        read("/proc/sys/kernel/osrelease").trim(),
+        read("/proc/self/cgroup").trim()
+    )
+}
+
+/// Writes `value` to `path` atomically (a private temporary file renamed over it).
+fn write_private(dir: &Path, path: &Path, value: &StoredProbe) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let tmp = dir.join(format!(".host-probe.{}.tmp", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    let written = file
+        .write_all(&bytes)
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 /// What `strata-helper probe` prints (one JSON line).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HelperProbe {
@@ -50,6 +99,45 @@ impl HostProbe {
                 ids: sys::ids(),
             })
             .clone()
+    }
+
+    /// Like [`HostProbe::cached`], but kept across processes in `dir/host-probe.json` (for
+    /// short-lived embedders such as the CLI). The file is trusted only for the same Strata
+    /// version, boot, kernel, effective ids and cgroup membership, and only while every
+    /// cgroup base directory it names still exists; otherwise the host is probed again and
+    /// the file rewritten. A stale or forged file cannot weaken a run: landlock, seccomp
+    /// and the cgroup are enforced and reported by the helper, which fails closed.
+    pub fn cached_in(dir: &Path) -> HostProbe {
+        let key = probe_key();
+        let path = dir.join("host-probe.json");
+        let stored = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<StoredProbe>(&bytes).ok())
+            .filter(|stored| stored.key == key)
+            .filter(|stored| match &stored.cgroup {
+                Ok(layout) => layout.bases().iter().all(|base| base.is_dir()),
+                Err(_) => true,
+            });
+        if let Some(stored) = stored {
+            return HostProbe {
+                landlock_abi: stored.landlock_abi,
+                seccomp: stored.seccomp,
+                namespaces: None,
+                cgroup: stored.cgroup,
+                ids: sys::ids(),
+            };
+        }
+        let probe = HostProbe::cached();
+        let stored = StoredProbe {
+            key,
+            landlock_abi: probe.landlock_abi,
+            seccomp: probe.seccomp,
+            cgroup: probe.cgroup.clone(),
+        };
+        if let Err(e) = write_private(dir, &path, &stored) {
+            tracing::debug!(path = %path.display(), error = %e, "host probe not cached");
+        }
+        probe
     }
 
     /// The full probe, using `helper` to test namespace creation in a child process (the
@@ -172,5 +260,35 @@ pub fn helper_probe() -> i32 {
             0
         }
         Err(_) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(dir: &Path) -> serde_json::Value {
+        let bytes = std::fs::read(dir.join("host-probe.json")).expect("cache file");
+        serde_json::from_slice(&bytes).expect("json")
+    }
+
+    #[test]
+    fn the_probe_cache_is_used_only_for_the_same_host_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fresh = HostProbe::cached_in(dir.path());
+        let mut file = stored(dir.path());
+        assert_eq!(file["landlock_abi"], fresh.landlock_abi);
+        // A hit is read from the file, not probed again.
+        file["landlock_abi"] = 99.into();
+        std::fs::write(dir.path().join("host-probe.json"), file.to_string()).expect("write");
+        assert_eq!(HostProbe::cached_in(dir.path()).landlock_abi, 99);
+        // Another boot, kernel, id or cgroup: probed again and rewritten.
+        file["key"] = "another boot".into();
+        std::fs::write(dir.path().join("host-probe.json"), file.to_string()).expect("write");
+        assert_eq!(
+            HostProbe::cached_in(dir.path()).landlock_abi,
+            fresh.landlock_abi
+        );
+        assert_eq!(stored(dir.path())["key"], probe_key().as_str());
     }
 }

@@ -85,6 +85,7 @@ pub struct ProcessBackend {
     id_range: Option<IdRange>,
     state_dir: Option<PathBuf>,
     registry: OnceLock<Option<Arc<Registry>>>,
+    probe_cache: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ProcessBackend {
@@ -123,6 +124,7 @@ impl ProcessBackend {
             id_range: None,
             state_dir: None,
             registry: OnceLock::new(),
+            probe_cache: None,
         }
     }
 
@@ -145,6 +147,7 @@ impl ProcessBackend {
             id_range: None,
             state_dir: None,
             registry: OnceLock::new(),
+            probe_cache: None,
         }
     }
 
@@ -177,6 +180,21 @@ impl ProcessBackend {
     /// (`$STRATA_STATE_DIR`, else `/var/lib/strata` for root).
     pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Keeps the cheap host probe (landlock ABI, seccomp, cgroup layout) in this backend's
+    /// state directory ([`Self::with_state_dir`], default `$STRATA_STATE_DIR`, else
+    /// `/var/lib/strata` for root, else the XDG state directory), so short-lived embedders
+    /// such as the CLI do not probe the host on every start. Default: off (probed once per
+    /// process). The cache is keyed on the Strata version, boot, kernel, ids and cgroup
+    /// membership; the helper still enforces and reports every mechanism, failing closed.
+    pub fn with_probe_cache(mut self) -> Self {
+        let dir = self
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| Registry::default_dir(crate::sys::ids().0));
+        self.probe_cache = Some(dir);
         self
     }
 
@@ -257,7 +275,10 @@ impl ProcessBackend {
     /// The host probe (computed once per process), with injected faults applied.
     pub(crate) fn host(&self) -> &HostProbe {
         self.probe.get_or_init(|| {
-            let mut probe = HostProbe::cached();
+            let mut probe = match &self.probe_cache {
+                Some(dir) => HostProbe::cached_in(dir),
+                None => HostProbe::cached(),
+            };
             if self.fault == Some(Fault::Cgroup) {
                 probe.cgroup = Err("simulated: the cgroup hierarchy is not writable".into());
             }
