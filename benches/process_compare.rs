@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{bwrap, sandbox};
+use common::{bwrap, default_sandbox, sandbox};
 use strata::{BackendKind, Caps, Tool};
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -116,8 +116,10 @@ fn main() {
     let caps = Caps::new();
     let cold_sb = sandbox(0);
     let warm_sb = sandbox(1);
+    let default_sb = default_sandbox();
     cold_sb.run(&tool, &caps).expect("cold warm-up");
     warm_sb.run(&tool, &caps).expect("warm warm-up");
+    default_sb.run(&tool, &caps).expect("default warm-up");
     let has_bwrap = bwrap().status().is_ok_and(|s| s.success());
 
     let mut cold = Series {
@@ -126,6 +128,10 @@ fn main() {
     };
     let mut warm = Series {
         name: "strata warm",
+        samples: vec![],
+    };
+    let mut steady = Series {
+        name: "strata default config (steady state)",
         samples: vec![],
     };
     let mut spawn = Series {
@@ -149,6 +155,12 @@ fn main() {
         warm.samples.push(ms(t.elapsed()));
         assert!(out.success());
 
+        std::thread::sleep(Duration::from_millis(5));
+        let t = Instant::now();
+        let out = default_sb.run(&tool, &caps).expect("default");
+        steady.samples.push(ms(t.elapsed()));
+        assert!(out.success());
+
         let t = Instant::now();
         Command::new("/bin/true").status().expect("spawn");
         spawn.samples.push(ms(t.elapsed()));
@@ -162,7 +174,7 @@ fn main() {
     println!("## process backend: {runs} runs of /bin/true each, interleaved, same process\n");
     println!("| variant | p50 ms | p99 ms |");
     println!("|---|---|---|");
-    for s in [&cold, &warm, &spawn, &bw] {
+    for s in [&cold, &warm, &steady, &spawn, &bw] {
         if !s.samples.is_empty() {
             println!("| {} | {:.3} | {:.3} |", s.name, s.p50(), s.p99());
         }
@@ -177,6 +189,10 @@ fn main() {
             "warm vs bwrap: strata is {:.2}x faster (p50)",
             bw.p50() / warm.p50()
         );
+        println!(
+            "default config, steady state: {:.2}x bwrap --unshare-all (p50; target <= 0.33x)",
+            steady.p50() / bw.p50()
+        );
     } else {
         println!("bwrap not installed: no bwrap ratio (apt install bubblewrap)");
     }
@@ -188,11 +204,16 @@ fn main() {
         "warm vs posix_spawn: {:.2}x the cost of a bare spawn (p50)",
         warm.p50() / spawn.p50()
     );
+    println!(
+        "default config, steady state vs posix_spawn: {:.2}x the cost of a bare spawn (p50)",
+        steady.p50() / spawn.p50()
+    );
     println!("targets: cold <= 1.5 ms p50, warm <= 0.3 ms p50");
 
     // The warm sandbox keeps a pre-built sandbox idle: end both before counting anything.
     drop(cold_sb);
     drop(warm_sb);
+    drop(default_sb);
 
     // Host-side memory per idle warm sandbox.
     let before = rss_kib();

@@ -22,6 +22,15 @@ pub fn sandbox(warm: usize) -> Sandbox {
         .expect("sandbox")
 }
 
+/// A process-backend sandbox with the default configuration (the adaptive warm pool).
+pub fn default_sandbox() -> Sandbox {
+    Sandbox::builder()
+        .backend(BackendChoice::Only(BackendKind::Process))
+        .helper(helper())
+        .build()
+        .expect("sandbox")
+}
+
 /// `bwrap --unshare-all` running `/bin/true` with the same read-only system view Strata
 /// gives by default.
 pub fn bwrap() -> Command {
