@@ -40,6 +40,8 @@ pub use sandbox_core::{
     OutputSink, Receipt, ResourceUsage, Result, RunContext, RunOutput, ScriptLanguage, Stream,
     Strictness, SystemDirs, Tool, TrapKind, STDIN_BUFFER,
 };
+/// The names of every caps field in each dialect, and the generated JSON Schemas.
+pub use sandbox_core::{names, schema};
 
 /// The process backend crate, for embedders that need its lower-level API.
 #[cfg(feature = "process")]
