@@ -275,7 +275,7 @@ pub const CAPS: &[Name<Field>] = &[
     with(
         row(Field::Net, Some("net"), Some("net"), Some("net"), &["--net"]),
         &[],
-        "Python, Node and the CLI also take the text form none | host | allow:HOST[:PORT],...",
+        "Python, Node and the CLI also take the text form: none, host or allow:HOST[:PORT],...",
     ),
     with(
         row(Field::Stdin, Some("stdin"), Some("stdin"), Some("stdin"), &["--stdin"]),
@@ -724,6 +724,55 @@ pub fn to_json() -> serde_json::Value {
         "options": rows(OPTIONS),
         "values": values,
     })
+}
+
+/// The table as Markdown, as `docs/caps.md` shows it: one row per field (caps, then mount
+/// entries, then run options), then the legacy enum values.
+pub fn to_markdown() -> String {
+    fn code(name: &str) -> String {
+        format!("`{name}`")
+    }
+    fn rows<K>(out: &mut String, table: &[Name<K>], json_prefix: &str) {
+        for n in table {
+            let json = match n.json {
+                Some(path) => format!("{json_prefix}{}", code(path)),
+                None => "(shorthand)".to_string(),
+            };
+            let name = |dialect: Option<&str>| dialect.map_or("-".to_string(), code);
+            let cli = if n.cli.is_empty() {
+                "-".to_string()
+            } else {
+                n.cli.iter().map(|f| code(f)).collect::<Vec<_>>().join(", ")
+            };
+            let aliases = n
+                .aliases
+                .iter()
+                .map(|a| format!("{} {} ({})", a.dialect, code(a.name), a.note))
+                .collect::<Vec<_>>()
+                .join("; ");
+            out.push_str(&format!(
+                "| {json} | {} | {} | {cli} | {} | {} |\n",
+                name(n.python),
+                name(n.node),
+                if aliases.is_empty() { "-" } else { &aliases },
+                n.note.replace('|', "\\|"),
+            ));
+        }
+    }
+    let mut out = String::from(
+        "| JSON (canonical) | Python | Node | CLI | also accepted | notes |\n|---|---|---|---|---|---|\n",
+    );
+    rows(&mut out, CAPS, "");
+    rows(&mut out, MOUNT, "");
+    rows(&mut out, OPTIONS, "run option; receipt ");
+    out.push_str("\n| enum | value | also accepted |\n|---|---|---|\n");
+    for v in VALUE_ALIASES {
+        out.push_str(&format!(
+            "| `{}` | `{}` | `{}` |\n",
+            v.schema, v.value, v.alias
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -65,6 +65,34 @@ fn committed_schemas_are_fresh() {
     );
 }
 
+const TABLE_BEGIN: &str = "<!-- names-table: generated from sandbox-core/src/names.rs -->\n";
+const TABLE_END: &str = "<!-- /names-table -->";
+
+#[test]
+fn the_names_table_in_docs_is_fresh() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/caps.md");
+    let doc = std::fs::read_to_string(&path).expect("read docs/caps.md");
+    let (before, rest) = doc
+        .split_once(TABLE_BEGIN)
+        .expect("docs/caps.md has the table's begin marker");
+    let (table, after) = rest
+        .split_once(TABLE_END)
+        .expect("docs/caps.md has the table's end marker");
+    let fresh = names::to_markdown();
+    if std::env::var_os("STRATA_UPDATE_SCHEMA").is_some_and(|v| v != "0") {
+        std::fs::write(
+            &path,
+            format!("{before}{TABLE_BEGIN}{fresh}{TABLE_END}{after}"),
+        )
+        .expect("write docs/caps.md");
+        return;
+    }
+    assert!(
+        table == fresh,
+        "the table of names in docs/caps.md is stale; refresh it with\n    {REFRESH}"
+    );
+}
+
 /// `schema` with a local `$ref` (or a nullable `anyOf` around one) resolved in `root`.
 fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
     if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
