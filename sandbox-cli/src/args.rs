@@ -73,11 +73,10 @@ pub struct RunArgs {
     /// Memory limit, e.g. 256M (default 512M).
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
-    /// Maximum processes and threads (default 128). `--pids` is an older name of it.
+    /// Maximum processes and threads (default 128).
     #[arg(long = "processes", visible_alias = "pids", value_name = "N")]
     pub processes: Option<u32>,
     /// Maximum bytes kept per output stream, e.g. 64K (default 1M); more ends the run.
-    /// `--max-output` is an older name of it.
     #[arg(long = "output", visible_alias = "max-output", value_name = "SIZE")]
     pub output: Option<String>,
     /// Size of the private /tmp and workdir (default 64M).
