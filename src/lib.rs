@@ -46,6 +46,8 @@ pub use sandbox_core::{
     RunContext, RunOutput, RunSpec, ScriptLanguage, SetupStage, Stream, Strictness, SystemDirs,
     Tool, TrapKind, RUN_SPEC_VERSION, STDIN_BUFFER,
 };
+/// The names of every caps field in each dialect, and the generated JSON Schemas.
+pub use sandbox_core::{names, schema};
 
 #[cfg(feature = "container")]
 pub use sandbox_container::ContainerBackend;

@@ -23,6 +23,7 @@ pub fn sandbox(warm: usize) -> Sandbox {
 }
 
 /// A process-backend sandbox with the default configuration (the adaptive warm pool).
+#[allow(dead_code)] // process_compare only
 pub fn default_sandbox() -> Sandbox {
     Sandbox::builder()
         .backend(BackendChoice::Only(BackendKind::Process))

@@ -22,8 +22,11 @@
 // ---------------------------------------------------------------------------------------
 // Sandbox
 
-/** Which isolation backend runs a tool. */
-export type BackendName = 'auto' | 'process' | 'wasm' | 'container' | 'microvm'
+/** An isolation backend. */
+export type BackendKind = 'process' | 'wasm' | 'container' | 'microvm'
+
+/** Which isolation backend runs a tool: one of them, or `'auto'` to route by tool. */
+export type BackendName = 'auto' | BackendKind
 
 /** Options of {@link Sandbox}. Unknown keys are rejected with {@link InvalidRequestError}. */
 export interface SandboxOptions {
@@ -157,6 +160,12 @@ export type NetRule = string | { host: string; port?: number }
  */
 export type Net = 'none' | 'host' | `allow:${string}` | readonly NetRule[] | { allow: readonly NetRule[] }
 
+/** Access to a mount: read-only (`'ro'`) or read-write (`'rw'`). */
+export type Access = 'ro' | 'rw'
+
+/** Read-only system directories: `'runtime'` (what host programs need to start) or `'none'`. */
+export type SystemDirs = 'runtime' | 'none'
+
 /** A host path made visible in the sandbox. */
 export interface Mount {
   /**
@@ -167,7 +176,7 @@ export interface Mount {
   /** Absolute path inside the sandbox. Default: the same as `host`. */
   guest?: string
   /** `'ro'` (default) or `'rw'`. */
-  access?: 'ro' | 'rw'
+  access?: Access
   /**
    * Follow symlinks in `host` and mount what they lead to (the receipt names it). Default
    * `false`: a symlink, perhaps planted by an earlier run, refuses the grant instead of
@@ -179,7 +188,10 @@ export interface Mount {
 /**
  * What a run may touch. Deny by default: every key is optional, and an omitted (or
  * `undefined`/`null`) key keeps its default. Unknown keys are rejected with
- * {@link InvalidRequestError} (a typo never drops a restriction).
+ * {@link InvalidRequestError} naming the closest valid key (a typo never drops a
+ * restriction). The keys are those of Strata's caps schema (`schema/caps.schema.json`) in
+ * camelCase; `docs/caps.md` has the table of every field's name in JSON, Python, Node and
+ * the CLI.
  */
 export interface Caps {
   /** Host paths visible read-only at the same path. Default: none. */
@@ -202,7 +214,7 @@ export interface Caps {
    * Read-only system directories. Default `'runtime'` (`/usr`, `/bin`, `/sbin`, `/lib*`,
    * `/etc/ld.so.cache`, `/etc/alternatives`); `'none'` for static binaries.
    */
-  system?: 'runtime' | 'none'
+  system?: SystemDirs
   /** Environment of the tool. Default: empty (never inherited from the host); `PATH`, `HOME=/tmp` and `LANG=C.UTF-8` are added when unset. */
   env?: Record<string, string>
   /** Network policy. Default `'none'`. */
@@ -220,6 +232,11 @@ export interface Caps {
   /** Processes and threads alive at once. Default 128. */
   processes?: number
   /** Bytes kept per output stream; more ends the run with limit `'output'`. Default `'1M'`. */
+  output?: ByteSize
+  /**
+   * The older name of {@link Caps.output}, still accepted (giving both is an error).
+   * @deprecated Use `output`.
+   */
   maxOutput?: ByteSize
   /** Largest file the tool may write. Default `'64M'`. */
   fileSize?: ByteSize
@@ -260,7 +277,22 @@ export type ContainerRuntime = 'native' | 'docker' | 'podman' | 'runsc'
 // Results
 
 /** A limit that ended a run. */
-export type LimitKind = 'wall' | 'cpu' | 'memory' | 'pids' | 'output' | 'disk' | 'file_size' | 'fuel'
+export type LimitKind =
+  | 'wall'
+  | 'cpu'
+  | 'memory'
+  | 'pids'
+  | 'output'
+  | 'disk'
+  | 'file_size'
+  | 'fuel'
+  | 'open_files'
+
+/** How strictly a run was held to its caps: refused when not enforceable, or best effort. */
+export type Strictness = 'strict' | 'best_effort'
+
+/** Where a run's host identity came from. */
+export type IdentitySource = 'agent' | 'fresh' | 'embedder'
 
 /** Resources a run used, as far as the backend measures them. */
 export interface ResourceUsage {
@@ -272,17 +304,35 @@ export interface ResourceUsage {
   peakMemoryBytes: number
 }
 
-/** What a receipt speaks about: `fs`, `net`, `env`, `processes`, `syscalls`, `memory`, ... */
-export type Capability = string
+/** What a receipt speaks about. */
+export type Capability =
+  | 'fs'
+  | 'net'
+  | 'env'
+  | 'processes'
+  | 'ipc'
+  | 'uts'
+  | 'syscalls'
+  | 'privileges'
+  | 'fds'
+  | 'memory'
+  | 'cpu'
+  | 'wall'
+  | 'pids'
+  | 'output'
+  | 'disk'
+  | 'file_size'
+  | 'open_files'
+  | 'lifetime'
 
 /** What was enforced for one run, per capability and mechanism. */
 export interface Receipt {
   /** The backend that ran the tool (the outermost layer). */
-  backend: Exclude<BackendName, 'auto'>
+  backend: BackendKind
   /** Isolation layers from outermost to innermost. */
-  layers: Exclude<BackendName, 'auto'>[]
+  layers: BackendKind[]
   /** The strictness the run used. */
-  strictness: 'strict' | 'best_effort'
+  strictness: Strictness
   /** Every guarantee in force, e.g. `{ capability: 'fs', mechanism: 'landlock ABI 7', detail: '...' }`. */
   enforced: { capability: Capability; mechanism: string; detail: string }[]
   /** Guarantees asked for but not enforced (only when not strict). */
@@ -301,7 +351,7 @@ export interface Receipt {
    */
   identity?: {
     agent?: string
-    source: 'agent' | 'fresh' | 'embedder'
+    source: IdentitySource
     host_uid: number
     host_gid: number
     uid: number
@@ -323,7 +373,7 @@ export interface RunResult {
   success: boolean
   /** How the run ended, as text: `'exit code 0'`, `'wall limit exceeded'`, ... */
   status: string
-  /** Captured standard output (at most `maxOutput` bytes), decoded as UTF-8; invalid bytes become U+FFFD. */
+  /** Captured standard output (at most `output` bytes), decoded as UTF-8; invalid bytes become U+FFFD. */
   stdout: string
   /** Captured standard error, like `stdout`. */
   stderr: string
@@ -350,7 +400,7 @@ export declare function doctor(options?: { helper?: string }): DoctorReport
 /** The result of {@link doctor}. */
 export interface DoctorReport {
   backends: {
-    backend: Exclude<BackendName, 'auto'>
+    backend: BackendKind
     /** Whether it can run tools here with its full guarantees. */
     available: boolean
     /** Why not, when unavailable. */

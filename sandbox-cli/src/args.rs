@@ -74,11 +74,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
     /// Maximum processes and threads (default 128).
-    #[arg(long, value_name = "N")]
-    pub pids: Option<u32>,
-    /// Maximum bytes kept per output stream (default 1M).
-    #[arg(long = "max-output", value_name = "SIZE")]
-    pub max_output: Option<String>,
+    #[arg(long = "processes", visible_alias = "pids", value_name = "N")]
+    pub processes: Option<u32>,
+    /// Maximum bytes kept per output stream, e.g. 64K (default 1M); more ends the run.
+    #[arg(long = "output", visible_alias = "max-output", value_name = "SIZE")]
+    pub output: Option<String>,
     /// Size of the private /tmp and workdir (default 64M).
     #[arg(long, value_name = "SIZE")]
     pub disk: Option<String>,
@@ -174,7 +174,7 @@ impl RunArgs {
                 ));
             }
             if let Some(runtime) = &self.runtime {
-                if !["native", "docker", "podman", "runsc"].contains(&runtime.as_str()) {
+                if runtime.parse::<ContainerRuntime>().is_err() {
                     return Err(Error::invalid(format!(
                         "--runtime {runtime:?}: expected native, docker, podman or runsc"
                     )));
@@ -222,11 +222,11 @@ impl RunArgs {
         if let Some(m) = &self.memory {
             caps.limits.memory = size("memory", m)?;
         }
-        if let Some(p) = self.pids {
+        if let Some(p) = self.processes {
             caps.limits.processes = p;
         }
-        if let Some(o) = &self.max_output {
-            caps.limits.output = size("max-output", o)?;
+        if let Some(o) = &self.output {
+            caps.limits.output = size("output", o)?;
         }
         if let Some(d) = &self.disk {
             caps.limits.disk = size("disk", d)?;
@@ -279,5 +279,122 @@ impl RunArgs {
             stdin: self.stdin,
             raw_output: self.raw_output,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use clap::CommandFactory;
+    use strata::names::{self, Dialect};
+
+    use super::*;
+
+    /// The long flags of `strata run`, each with its visible aliases.
+    fn run_flags() -> BTreeMap<String, Vec<String>> {
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").expect("run subcommand");
+        run.get_arguments()
+            .filter_map(|arg| {
+                let long = arg.get_long()?;
+                let aliases = arg
+                    .get_visible_aliases()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|a| format!("--{a}"))
+                    .collect();
+                Some((format!("--{long}"), aliases))
+            })
+            .collect()
+    }
+
+    /// The flags are the ones `sandbox_core::names` gives each caps field and run option, and
+    /// every flag but the CLI's own switches is one of them.
+    #[test]
+    fn flags_are_the_names_table() {
+        let flags = run_flags();
+        let mut named = Vec::new();
+        let rows = names::CAPS
+            .iter()
+            .map(|n| (format!("{:?}", n.field), n.cli, n.aliases))
+            .chain(
+                names::OPTIONS
+                    .iter()
+                    .map(|n| (format!("{:?}", n.field), n.cli, n.aliases)),
+            );
+        for (field, cli, aliases) in rows {
+            for flag in cli {
+                assert!(flags.contains_key(*flag), "{field}: no flag {flag}");
+                named.push(flag.to_string());
+            }
+            for alias in aliases.iter().filter(|a| a.dialect == Dialect::Cli) {
+                let primary = cli.first().expect("an alias of a flag");
+                assert!(
+                    flags[*primary].contains(&alias.name.to_string()),
+                    "{field}: {} is not an alias of {primary}",
+                    alias.name
+                );
+            }
+        }
+        // Switches of the CLI itself, not caps or run options.
+        let own = ["--script", "--raw-output", "--json"];
+        let unnamed: Vec<&String> = flags
+            .keys()
+            .filter(|f| !named.contains(f) && !own.contains(&f.as_str()))
+            .collect();
+        assert!(
+            unnamed.is_empty(),
+            "flags missing from sandbox_core::names: {unnamed:?}"
+        );
+    }
+
+    fn request(args: &[&str]) -> Result<Request> {
+        let cli = Cli::try_parse_from(["strata", "run"].iter().chain(args).chain(&["--", "true"]))
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        match cli.command {
+            Command::Run(run) => run.into_request(),
+            Command::Doctor { .. } => Err(Error::invalid("not run")),
+        }
+    }
+
+    #[test]
+    fn old_flag_names_still_work() {
+        for (new, old) in [("--output", "--max-output"), ("--processes", "--pids")] {
+            let a = request(&[new, "64"]).expect(new).caps;
+            let b = request(&[old, "64"]).expect(old).caps;
+            assert_eq!(a, b, "{old}");
+            assert_ne!(a, Caps::new(), "{new} sets something");
+        }
+        let gvisor = request(&[
+            "--backend",
+            "container",
+            "--image",
+            "/i",
+            "--runtime",
+            "gvisor",
+        ])
+        .expect("gvisor");
+        let runsc = request(&[
+            "--backend",
+            "container",
+            "--image",
+            "/i",
+            "--runtime",
+            "runsc",
+        ])
+        .expect("runsc");
+        assert_eq!(gvisor.caps, runsc.caps);
+        let err = request(&[
+            "--backend",
+            "container",
+            "--image",
+            "/i",
+            "--runtime",
+            "lxc",
+        ])
+        .err()
+        .expect("lxc");
+        assert!(err.to_string().contains("expected native"), "{err}");
     }
 }

@@ -27,7 +27,7 @@ pub trait Backend: Send + Sync {
 }
 
 /// The backends Strata knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum BackendKind {
@@ -83,13 +83,17 @@ impl FromStr for BackendKind {
 }
 
 /// What happens when a guarantee the caps need cannot be enforced on this host.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Strictness {
     /// Refuse the run with [`Error::Unenforceable`] naming the missing guarantee. Default.
     #[default]
     Strict,
-    /// Run with what can be enforced and list each gap in the receipt.
+    /// Run with what can be enforced and list each gap in the receipt. Spelled
+    /// `best_effort`; `best-effort` is read as a legacy spelling.
+    #[serde(alias = "best-effort")]
     BestEffort,
 }
 
@@ -97,7 +101,7 @@ impl fmt::Display for Strictness {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Strictness::Strict => "strict",
-            Strictness::BestEffort => "best-effort",
+            Strictness::BestEffort => "best_effort",
         })
     }
 }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::container::{ContainerRuntime, ContainerSpec};
@@ -26,7 +27,7 @@ use crate::size::ByteSize;
 /// assert!(caps.env.is_empty());
 /// assert_eq!(caps.net, Net::None);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Caps {
     /// Host paths made visible inside the sandbox. Default: none. A host path containing a
@@ -55,6 +56,7 @@ pub struct Caps {
         deserialize_with = "deserialize_stdin",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[schemars(schema_with = "stdin_schema")]
     pub stdin: Vec<u8>,
     /// Working directory inside the sandbox. Default: `None`, meaning `/tmp`, the private
     /// scratch directory. A path that is not inside a mount becomes a private, size-capped
@@ -258,8 +260,9 @@ impl Caps {
 }
 
 /// One host path granted to the sandbox.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = mount_schema)]
 pub struct Mount {
     /// Absolute, normalized host path (file or directory). Backends refuse it when any
     /// component is a symlink, unless `follow_symlinks` is set.
@@ -277,6 +280,22 @@ pub struct Mount {
 
 fn is_false(value: &bool) -> bool {
     !*value
+}
+
+/// Only `host` is required when reading a mount (see its `Deserialize`): `guest` defaults to
+/// `host`, `access` to read-only, `follow_symlinks` to `false`.
+fn mount_schema(schema: &mut Schema) {
+    schema.insert("required".into(), serde_json::json!(["host"]));
+    if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+        for (field, default) in [
+            ("access", serde_json::json!("ro")),
+            ("follow_symlinks", serde_json::json!(false)),
+        ] {
+            if let Some(serde_json::Value::Object(property)) = properties.get_mut(field) {
+                property.insert("default".into(), default);
+            }
+        }
+    }
 }
 
 impl Mount {
@@ -317,8 +336,9 @@ impl<'de> Deserialize<'de> for Mount {
     }
 }
 
-/// Access to a mount. Default: read-only.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Access to a mount. Default: read-only. `read_only` and `read_write` are accepted as
+/// legacy spellings of `ro` and `rw` (see [`crate::names::VALUE_ALIASES`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[non_exhaustive]
 pub enum Access {
     /// Read and execute; no write, truncate, chmod, rename, link or delete.
@@ -340,7 +360,7 @@ impl fmt::Display for Access {
 }
 
 /// Which host system directories are visible (read-only) so host programs can run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SystemDirs {
@@ -373,7 +393,7 @@ impl SystemDirs {
 }
 
 /// Network policy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Net {
@@ -486,6 +506,50 @@ impl FromStr for NetRule {
     }
 }
 
+/// Read as a `"HOST[:PORT]"` string or a `{host, port}` object; written as the object.
+impl JsonSchema for NetRule {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NetRule".into()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        "sandbox_core::caps::NetRule".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let object = json_schema!({
+            "type": "object",
+            "properties": {
+                "host": {
+                    "description": "Host name, `*.`-prefixed domain, or IP address.",
+                    "type": "string",
+                },
+                "port": {
+                    "description": "Port; absent or null allows 80 and 443 only.",
+                    "type": ["integer", "null"],
+                    "minimum": 1,
+                    "maximum": 65535,
+                },
+            },
+            "required": ["host"],
+            "additionalProperties": false,
+        });
+        if generator.contract().is_serialize() {
+            let mut object = object;
+            object.insert("required".into(), serde_json::json!(["host", "port"]));
+            object.insert(
+                "description".into(),
+                "One allowed network destination.".into(),
+            );
+            return object;
+        }
+        json_schema!({
+            "description": "One allowed network destination: \"HOST\", \"HOST:PORT\", \"[IPv6]:PORT\", or an object.",
+            "anyOf": [{ "type": "string", "minLength": 1 }, object],
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for NetRule {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
@@ -514,14 +578,16 @@ impl<'de> Deserialize<'de> for NetRule {
 
 /// Resource limits. Every limit has a safe default and hitting one ends the run with a
 /// typed [`crate::LimitKind`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Wall-clock time before the whole process tree is killed. Default: 30 s.
     #[serde(rename = "timeout_ms", with = "millis")]
+    #[schemars(schema_with = "millis::schema")]
     pub timeout: Duration,
     /// CPU time (user + system) of the tool. Default: 30 s.
     #[serde(rename = "cpu_time_ms", with = "millis")]
+    #[schemars(schema_with = "millis::schema")]
     pub cpu_time: Duration,
     /// Memory (resident + tmpfs + kernel memory charged to the run). Default: 512 MiB.
     pub memory: ByteSize,
@@ -566,7 +632,18 @@ impl Default for Limits {
 mod millis {
     use std::time::Duration;
 
+    use schemars::{json_schema, Schema, SchemaGenerator};
     use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Milliseconds: any non-negative number when read, an integer when written.
+    pub fn schema(generator: &mut SchemaGenerator) -> Schema {
+        let kind = if generator.contract().is_serialize() {
+            "integer"
+        } else {
+            "number"
+        };
+        json_schema!({ "type": kind, "minimum": 0 })
+    }
 
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -581,6 +658,18 @@ mod millis {
         }
         Ok(Duration::from_secs_f64(ms / 1000.0))
     }
+}
+
+/// Standard input: a UTF-8 string or an array of bytes when read; bytes when written.
+fn stdin_schema(generator: &mut SchemaGenerator) -> Schema {
+    let bytes = json_schema!({
+        "type": "array",
+        "items": { "type": "integer", "minimum": 0, "maximum": 255 },
+    });
+    if generator.contract().is_serialize() {
+        return bytes;
+    }
+    json_schema!({ "anyOf": [{ "type": "string" }, bytes] })
 }
 
 fn deserialize_stdin<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {

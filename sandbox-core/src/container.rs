@@ -8,6 +8,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The image and runtime of a container run.
@@ -19,7 +20,7 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(container.runtime, ContainerRuntime::Docker);
 /// assert!(container.workspace.is_none());
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContainerSpec {
     /// The image. For the native runtime: a host path to an OCI image layout directory
@@ -51,7 +52,7 @@ impl ContainerSpec {
 }
 
 /// Who runs a container.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ContainerRuntime {
@@ -63,7 +64,9 @@ pub enum ContainerRuntime {
     Docker,
     /// A Podman engine, through its Docker-compatible API (`/run/podman/podman.sock`).
     Podman,
-    /// A Docker engine with gVisor's `runsc` as the OCI runtime.
+    /// A Docker engine with gVisor's `runsc` as the OCI runtime. `gvisor` is read as a
+    /// legacy spelling.
+    #[serde(alias = "gvisor")]
     Runsc,
 }
 
@@ -102,7 +105,7 @@ impl FromStr for ContainerRuntime {
 }
 
 /// What the receipt says about a container run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ContainerReceipt {
     /// The runtime that ran it (`native`, `docker`, `podman`, `runsc`).
     pub runtime: String,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::receipt::Receipt;
 
 /// How a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ExitStatus {
@@ -49,7 +49,7 @@ impl fmt::Display for ExitStatus {
 }
 
 /// Why a WebAssembly tool trapped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum TrapKind {
@@ -91,7 +91,7 @@ impl fmt::Display for TrapKind {
 }
 
 /// A limit that ended a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum LimitKind {
@@ -139,7 +139,9 @@ impl fmt::Display for LimitKind {
 }
 
 /// Resources the run used, as far as the backend can measure them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct ResourceUsage {
     /// User CPU time in microseconds.
     pub user_cpu_us: u64,
@@ -246,19 +248,8 @@ impl RunOutput {
     /// stderr, stdout_truncated, stderr_truncated, duration_ms, usage, receipt`, plus `trap`
     /// (null unless a WebAssembly tool trapped).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "exit_code": self.exit_code(),
-            "signal": self.signal(),
-            "timed_out": self.timed_out(),
-            "limit": self.limit(),
-            "trap": self.trap(),
-            "stdout": String::from_utf8_lossy(&self.stdout),
-            "stderr": String::from_utf8_lossy(&self.stderr),
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-            "duration_ms": self.duration.as_secs_f64() * 1000.0,
-            "usage": self.usage,
-            "receipt": self.receipt,
-        })
+        // Its shape is `schema::RunOutputJson`, whose schema is `schema/run-output.schema.json`.
+        serde_json::to_value(crate::schema::RunOutputJson::from(self))
+            .unwrap_or(serde_json::Value::Null)
     }
 }

@@ -8,7 +8,7 @@ use crate::backend::{BackendKind, Strictness};
 
 /// What was enforced for one run, per capability and mechanism. Agents and auditors read
 /// it; tests assert on it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Receipt {
     /// The backend that ran the tool (the outermost layer).
     pub backend: BackendKind,
@@ -33,7 +33,7 @@ pub struct Receipt {
 }
 
 /// The host identity of a run's tool.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IdentityReceipt {
     /// The agent the run acted for, if one was named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,7 +51,7 @@ pub struct IdentityReceipt {
 }
 
 /// Where a run's host identity came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum IdentitySource {
@@ -181,7 +181,7 @@ impl fmt::Display for Receipt {
 }
 
 /// One guarantee in force.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Enforcement {
     /// What it protects.
     pub capability: Capability,
@@ -192,7 +192,7 @@ pub struct Enforcement {
 }
 
 /// A guarantee that was not enforced.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Gap {
     /// What is unprotected.
     pub capability: Capability,
@@ -201,7 +201,7 @@ pub struct Gap {
 }
 
 /// Something the sandbox refused or cut off during the run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Denial {
     /// What was denied.
     pub capability: Capability,
@@ -210,7 +210,7 @@ pub struct Denial {
 }
 
 /// The capabilities a receipt speaks about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Capability {

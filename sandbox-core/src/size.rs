@@ -3,6 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+use std::borrow::Cow;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A number of bytes.
@@ -131,6 +134,39 @@ impl<'de> Deserialize<'de> for ByteSize {
             }
         }
         deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// The size-string form [`ByteSize`]'s `FromStr` accepts, as an ECMA-262 regular expression
+/// (JSON Schema's `pattern`): a number, optionally with a fraction, then an optional unit.
+pub const SIZE_PATTERN: &str =
+    r"^\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*([bB]|[kKmMgGtT]([iI]?[bB])?)?\s*$";
+
+/// Read as an integer or a size string (`"256M"`); written as an integer.
+impl JsonSchema for ByteSize {
+    fn schema_name() -> Cow<'static, str> {
+        "ByteSize".into()
+    }
+
+    fn schema_id() -> Cow<'static, str> {
+        "sandbox_core::size::ByteSize".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        if generator.contract().is_serialize() {
+            return json_schema!({
+                "description": "A number of bytes.",
+                "type": "integer",
+                "minimum": 0,
+            });
+        }
+        json_schema!({
+            "description": "A number of bytes: an integer, or a string with an optional binary unit (K, M, G, T, also KiB, MB, ...; all powers of 1024), such as \"512K\", \"256M\" or \"1.5G\".",
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "pattern": SIZE_PATTERN },
+            ],
+        })
     }
 }
 

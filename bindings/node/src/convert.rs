@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use strata::names::{self, Dialect, Field, MountField};
 use strata::{
     ByteSize, Caps, ContainerRuntime, ContainerSpec, Error, Mount, Net, NetRule, Receipt,
     RunOutput, SystemDirs, Tool,
@@ -16,10 +17,11 @@ use strata::{
 /// The caps object of the Node API (`readOnly`, `timeoutMs`, ...), mapped onto [`Caps`].
 ///
 /// Every key is optional and `undefined`/`null` means "keep the default of [`Caps::new`]".
-/// Unknown keys are rejected, as in every other form of Strata's caps, so a typo never
-/// silently drops a restriction.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+/// Keys are looked up in the table of names (`strata::names::CAPS`, Node column, with its
+/// legacy spellings such as `maxOutput`). Unknown keys are rejected, as in every other form
+/// of Strata's caps, naming the closest valid key, so a typo never silently drops a
+/// restriction.
+#[derive(Debug, Default)]
 pub(crate) struct NodeCaps {
     read_only: Option<Paths>,
     read_write: Option<Paths>,
@@ -34,7 +36,7 @@ pub(crate) struct NodeCaps {
     cpu_time_ms: Option<Millis>,
     memory: Option<ByteSize>,
     processes: Option<u32>,
-    max_output: Option<ByteSize>,
+    output: Option<ByteSize>,
     file_size: Option<ByteSize>,
     open_files: Option<u32>,
     disk: Option<ByteSize>,
@@ -85,7 +87,7 @@ impl From<NodeCaps> for Caps {
         if let Some(n) = node.processes {
             limits.processes = n;
         }
-        if let Some(size) = node.max_output {
+        if let Some(size) = node.output {
             limits.output = size;
         }
         if let Some(size) = node.file_size {
@@ -116,16 +118,113 @@ impl From<NodeCaps> for Caps {
     }
 }
 
-/// One entry of `mounts`: `{ host, guest?, access?, followSymlinks? }`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+impl<'de> Deserialize<'de> for NodeCaps {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NodeCaps;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a caps object")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<NodeCaps, E> {
+                Ok(NodeCaps::default())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeCaps, A::Error> {
+                let mut caps = NodeCaps::default();
+                let mut seen: Vec<(Field, String)> = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let found = names::lookup(names::CAPS, Dialect::Node, &key)
+                        .map_err(de::Error::custom)?;
+                    let field = found.name.field;
+                    if let Some((_, first)) = seen.iter().find(|(f, _)| *f == field) {
+                        return Err(de::Error::custom(format!(
+                            "`{first}` and `{key}` are the same field; give one"
+                        )));
+                    }
+                    seen.push((field, key.clone()));
+                    match field {
+                        Field::ReadOnly => caps.read_only = map.next_value()?,
+                        Field::ReadWrite => caps.read_write = map.next_value()?,
+                        Field::Mounts => caps.mounts = map.next_value()?,
+                        Field::ProtectHostExecuted => {
+                            caps.protect_host_executed = map.next_value()?
+                        }
+                        Field::System => caps.system = map.next_value()?,
+                        Field::Env => caps.env = map.next_value()?,
+                        Field::Net => caps.net = map.next_value()?,
+                        Field::Stdin => caps.stdin = map.next_value()?,
+                        Field::Workdir => caps.workdir = map.next_value()?,
+                        Field::Timeout => caps.timeout_ms = map.next_value()?,
+                        Field::CpuTime => caps.cpu_time_ms = map.next_value()?,
+                        Field::Memory => caps.memory = map.next_value()?,
+                        Field::Processes => caps.processes = map.next_value()?,
+                        Field::Output => caps.output = map.next_value()?,
+                        Field::FileSize => caps.file_size = map.next_value()?,
+                        Field::OpenFiles => caps.open_files = map.next_value()?,
+                        Field::Disk => caps.disk = map.next_value()?,
+                        Field::AddressSpace => caps.address_space = map.next_value()?,
+                        Field::Cpus => caps.cpus = map.next_value()?,
+                        Field::Image => caps.image = map.next_value()?,
+                        Field::Runtime => caps.runtime = map.next_value()?,
+                        Field::Workspace => caps.workspace = map.next_value()?,
+                        Field::Agent => caps.agent = map.next_value()?,
+                        // Schema forms Node does not take (the table gives them no Node
+                        // name, so the lookup above never returns them).
+                        Field::Limits | Field::Container => {
+                            return Err(de::Error::custom(format!("unknown field `{key}`")))
+                        }
+                    }
+                }
+                Ok(caps)
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
+}
+
+/// One entry of `mounts`: `{ host, guest?, access?, followSymlinks? }`, keys looked up in
+/// `strata::names::MOUNT`.
+#[derive(Debug)]
 pub(crate) struct NodeMount {
     host: PathBuf,
     guest: Option<PathBuf>,
-    #[serde(default)]
     access: strata::Access,
-    #[serde(default)]
     follow_symlinks: bool,
+}
+
+impl<'de> Deserialize<'de> for NodeMount {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NodeMount;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mount object { host, guest?, access?, followSymlinks? }")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeMount, A::Error> {
+                let mut host: Option<PathBuf> = None;
+                let mut guest: Option<PathBuf> = None;
+                let mut access: Option<strata::Access> = None;
+                let mut follow_symlinks: Option<bool> = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    let found = names::lookup(names::MOUNT, Dialect::Node, &key)
+                        .map_err(de::Error::custom)?;
+                    match found.name.field {
+                        MountField::Host => host = map.next_value()?,
+                        MountField::Guest => guest = map.next_value()?,
+                        MountField::Access => access = map.next_value()?,
+                        MountField::FollowSymlinks => follow_symlinks = map.next_value()?,
+                    }
+                }
+                Ok(NodeMount {
+                    host: host.ok_or_else(|| de::Error::missing_field("host"))?,
+                    guest,
+                    access: access.unwrap_or_default(),
+                    follow_symlinks: follow_symlinks.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
 }
 
 impl From<NodeMount> for Mount {

@@ -76,7 +76,7 @@ async function runs(sandbox: Sandbox): Promise<void> {
     cpuTimeMs: 5000,
     memory: '256M',
     processes: 16,
-    maxOutput: 1 << 20,
+    output: 1 << 20,
     fileSize: '1M',
     openFiles: 64,
     disk: '8M',

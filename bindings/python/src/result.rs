@@ -87,7 +87,7 @@ impl PyRunResult {
     }
 
     /// The limit that ended the run (`"wall"`, `"cpu"`, `"memory"`, `"pids"`, `"output"`,
-    /// `"disk"`, `"file_size"`, `"fuel"`), or `None`.
+    /// `"disk"`, `"file_size"`, `"fuel"`, `"open_files"`), or `None`.
     #[getter]
     fn limit(&self) -> Option<&'static str> {
         self.output.limit().map(|l| l.as_str())

@@ -4,6 +4,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
 use serde_json::Value;
+use strata::names::{self, Dialect, Field};
 use strata::{Caps, Net, ScriptLanguage, Tool};
 
 use crate::convert::{self, json_to_py, py_to_json};
@@ -185,40 +186,27 @@ impl ToPyRepr for Vec<String> {
 /// - `agent`: the agent the run acts for; each agent gets its own host uid and gid (a root
 ///   embedder), other runs a fresh one.
 /// - `system`: `"runtime"` (default) or `"none"`.
-/// - `image`, `runtime`: the container backend's image and runtime (`"native"`,
-///   `"docker"`, `"podman"`, `"runsc"`); or `container` in the schema form.
+/// - `image`, `runtime`, `workspace`: the container backend's image, runtime (`"native"`,
+///   `"docker"`, `"podman"`, `"runsc"`) and kept writable layer (native runtime); or
+///   `container` in the schema form.
+/// - `cpus`: CPU bandwidth in cores (default 1.0).
 /// - `limits`: a dict in the schema form (`{"timeout_ms": 5000, "memory": "256M"}`); every
-///   field of it can also be given as a keyword (`cpus=0.5`).
+///   field of it can also be given as a keyword (`cpus=0.5`; `timeout_ms` and `cpu_time_ms`
+///   in milliseconds).
 ///
 /// `Caps(base, **changes)` starts from another Caps: mounts and env add to the base's,
 /// everything else replaces. The dict form also accepts exactly what `to_dict()` returns
-/// (the JSON schema shared with Rust and Node). Unknown keys and invalid values raise
-/// InvalidRequestError (a ValueError) naming them.
+/// (the JSON schema shared with Rust and Node, `schema/caps.schema.json`). Unknown keys
+/// and invalid values raise InvalidRequestError (a ValueError) naming them, and an unknown
+/// key the closest valid one.
 #[pyclass(frozen, eq, module = "strata._strata", name = "Caps")]
 #[derive(Clone, PartialEq)]
 pub struct PyCaps {
     pub caps: Caps,
 }
 
-/// Keywords that are not keys of the JSON schema: shorthands for mounts and limits.
-const SHORTHANDS: [&str; 6] = [
-    "read_only",
-    "read_write",
-    "timeout",
-    "cpu_time",
-    "image",
-    "runtime",
-];
-
 fn serde_invalid(py: Python<'_>, e: serde_json::Error) -> PyErr {
-    let mut message = format!("invalid caps: {e}");
-    if message.contains("unknown field") {
-        message.push_str(
-            " (or a keyword: read_only, read_write, timeout, cpu_time, image, runtime, or a \
-             field of limits)",
-        );
-    }
-    invalid(py, message)
+    invalid(py, format!("invalid caps: {e}"))
 }
 
 /// Mount entries from a `read_only` / `read_write` value, in the schema form.
@@ -346,7 +334,9 @@ fn millis(value: &Bound<'_, PyAny>, key: &str) -> PyResult<Value> {
 }
 
 /// Applies one mapping of keywords to `caps` (as JSON in the shared schema), merging:
-/// mounts and env add, limits merge per field, everything else replaces.
+/// mounts and env add, limits merge per field, everything else replaces. Each keyword is
+/// looked up in the table of names (`strata::names::CAPS`); an unknown one is refused with
+/// the closest valid keyword.
 fn apply_mapping(caps: &mut Value, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
     let py = mapping.py();
     let items = match mapping.cast::<PyDict>() {
@@ -368,10 +358,6 @@ fn apply_mapping(caps: &mut Value, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
     let Value::Object(root) = caps else {
         return Err(invalid(py, "caps did not serialize to an object"));
     };
-    let limit_fields: Vec<String> = match root.get("limits") {
-        Some(Value::Object(limits)) => limits.keys().cloned().collect(),
-        _ => Vec::new(),
-    };
     for item in items.iter() {
         let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
         let key = key
@@ -379,6 +365,10 @@ fn apply_mapping(caps: &mut Value, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
             .map_err(|_| invalid(py, format!("invalid caps: keys must be str, got {key:?}")))?
             .to_cow()?
             .into_owned();
+        let found = names::lookup(names::CAPS, Dialect::Python, &key)
+            .map_err(|e| invalid(py, format!("invalid caps: {e}")))?;
+        // The field's key in its JSON object (`output` of `limits.output`).
+        let json_key = found.name.json_key().unwrap_or(key.as_str()).to_string();
         let mut append_mounts = |mounts: Vec<Value>| {
             if let Some(Value::Array(existing)) = root.get_mut("mounts") {
                 existing.extend(mounts);
@@ -386,52 +376,67 @@ fn apply_mapping(caps: &mut Value, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
                 root.insert("mounts".into(), Value::Array(mounts));
             }
         };
-        match key.as_str() {
-            "read_only" => append_mounts(access_mounts(&value, &key, "ro")?),
-            "read_write" => append_mounts(access_mounts(&value, &key, "rw")?),
-            "mounts" => append_mounts(schema_mounts(&value)?),
-            "net" => {
-                root.insert(key, net(&value)?);
+        match found.name.field {
+            Field::ReadOnly => append_mounts(access_mounts(&value, &key, "ro")?),
+            Field::ReadWrite => append_mounts(access_mounts(&value, &key, "rw")?),
+            Field::Mounts => append_mounts(schema_mounts(&value)?),
+            Field::Net => {
+                root.insert(json_key, net(&value)?);
             }
-            "image" | "runtime" => {
+            Field::Image | Field::Runtime | Field::Workspace => {
                 let json = py_to_json(&value, &key)?;
                 match root.get_mut("container") {
                     Some(Value::Object(container)) => {
-                        container.insert(key, json);
+                        container.insert(json_key, json);
                     }
                     _ => {
                         let mut container = serde_json::Map::new();
-                        container.insert(key, json);
+                        container.insert(json_key, json);
                         root.insert("container".into(), Value::Object(container));
                     }
                 }
             }
-            "env" | "limits" | "container" => {
+            Field::Env | Field::Limits | Field::Container => {
                 let Value::Object(changes) = py_to_json(&value, &key)? else {
                     return Err(invalid(py, format!("invalid caps: {key} must be a dict")));
                 };
-                match root.get_mut(&key) {
+                match root.get_mut(&json_key) {
                     Some(Value::Object(existing)) => existing.extend(changes),
                     _ => {
-                        root.insert(key, Value::Object(changes));
+                        root.insert(json_key, Value::Object(changes));
                     }
                 }
             }
-            "timeout" | "cpu_time" => {
-                let field = format!("{key}_ms");
+            field @ (Field::Timeout
+            | Field::CpuTime
+            | Field::Memory
+            | Field::Processes
+            | Field::Output
+            | Field::FileSize
+            | Field::OpenFiles
+            | Field::Disk
+            | Field::AddressSpace
+            | Field::Cpus) => {
+                // Python's duration keywords are seconds; their JSON names (aliases) are
+                // milliseconds, passed through like every other limit.
+                let seconds =
+                    matches!(field, Field::Timeout | Field::CpuTime) && found.alias.is_none();
+                let json = if seconds {
+                    millis(&value, &key)?
+                } else {
+                    py_to_json(&value, &key)?
+                };
                 if let Some(Value::Object(limits)) = root.get_mut("limits") {
-                    limits.insert(field, millis(&value, &key)?);
+                    limits.insert(json_key, json);
                 }
             }
-            _ if limit_fields.contains(&key) && !SHORTHANDS.contains(&key.as_str()) => {
+            Field::ProtectHostExecuted
+            | Field::System
+            | Field::Stdin
+            | Field::Workdir
+            | Field::Agent => {
                 let json = py_to_json(&value, &key)?;
-                if let Some(Value::Object(limits)) = root.get_mut("limits") {
-                    limits.insert(key, json);
-                }
-            }
-            _ => {
-                let json = py_to_json(&value, &key)?;
-                root.insert(key, json);
+                root.insert(json_key, json);
             }
         }
     }
@@ -599,6 +604,12 @@ impl PyCaps {
     #[getter]
     fn open_files(&self) -> u32 {
         self.caps.limits.open_files
+    }
+
+    /// CPU bandwidth in cores (a cgroup quota: 0.5 is half of one core).
+    #[getter]
+    fn cpus(&self) -> f64 {
+        self.caps.limits.cpus
     }
 
     /// Standard input fed to the tool.

@@ -37,12 +37,44 @@ _ToolLike = Union["Tool", Sequence[Union[str, "os.PathLike[str]"]]]
 _CapsLike = Union["Caps", Mapping[str, Any], None]
 _Callback = Callable[[Any], object]
 
+# The enums of the schema (schema/*.schema.json), value for value; tests/test_schema.py
+# checks them, and the keywords of Caps, against the committed schema.
+_Access = Literal["ro", "rw"]
+_SystemDirs = Literal["runtime", "none"]
+_ContainerRuntime = Literal["native", "docker", "podman", "runsc"]
+_BackendKind = Literal["process", "wasm", "container", "microvm"]
+_Strictness = Literal["strict", "best_effort"]
+_LimitKind = Literal[
+    "wall", "cpu", "memory", "pids", "output", "disk", "file_size", "fuel", "open_files"
+]
+_Capability = Literal[
+    "fs",
+    "net",
+    "env",
+    "processes",
+    "ipc",
+    "uts",
+    "syscalls",
+    "privileges",
+    "fds",
+    "memory",
+    "cpu",
+    "wall",
+    "pids",
+    "output",
+    "disk",
+    "file_size",
+    "open_files",
+    "lifetime",
+]
+_IdentitySource = Literal["agent", "fresh", "embedder"]
+
 class SandboxError(Exception):
     """Base class of every Strata error; ``code`` is the stable error code."""
 
     code: str
     result: Optional["RunResult"]
-    limit: Optional[str]
+    limit: Optional[_LimitKind]
 
 class InvalidRequestError(SandboxError, ValueError):
     """Malformed request (bad caps, empty argv, missing mount source). Nothing ran."""
@@ -126,10 +158,11 @@ class Caps:
         stdin: Union[str, bytes, bytearray, None] = ...,
         workdir: Optional[_Path] = ...,
         agent: Optional[str] = ...,
-        system: Literal["runtime", "none"] = ...,
+        system: _SystemDirs = ...,
         cpus: float = ...,
         image: str = ...,
-        runtime: Literal["native", "docker", "podman", "runsc"] = ...,
+        runtime: _ContainerRuntime = ...,
+        workspace: Optional[_Path] = ...,
         container: Optional[Mapping[str, Any]] = ...,
         limits: Optional[Mapping[str, Any]] = ...,
     ) -> "Caps": ...
@@ -164,13 +197,15 @@ class Caps:
     @property
     def open_files(self) -> int: ...
     @property
+    def cpus(self) -> float: ...
+    @property
     def stdin(self) -> bytes: ...
     @property
     def agent(self) -> Optional[str]: ...
     @property
     def workdir(self) -> Optional[str]: ...
     @property
-    def system(self) -> str: ...
+    def system(self) -> _SystemDirs: ...
     def __eq__(self, other: object, /) -> bool: ...
 
 @final
@@ -178,11 +213,11 @@ class Receipt:
     """What a run enforced, per capability and mechanism, and what it saw denied."""
 
     @property
-    def backend(self) -> str: ...
+    def backend(self) -> _BackendKind: ...
     @property
-    def layers(self) -> List[str]: ...
+    def layers(self) -> List[_BackendKind]: ...
     @property
-    def strictness(self) -> str: ...
+    def strictness(self) -> _Strictness: ...
     @property
     def enforced(self) -> List[Dict[str, str]]: ...
     @property
@@ -219,7 +254,7 @@ class RunResult:
     @property
     def timed_out(self) -> bool: ...
     @property
-    def limit(self) -> Optional[str]: ...
+    def limit(self) -> Optional[_LimitKind]: ...
     @property
     def ok(self) -> bool: ...
     @property
@@ -229,7 +264,7 @@ class RunResult:
     @property
     def usage(self) -> Dict[str, int]: ...
     @property
-    def backend(self) -> str: ...
+    def backend(self) -> _BackendKind: ...
     @property
     def receipt(self) -> Receipt: ...
     def check(self) -> "RunResult": ...
