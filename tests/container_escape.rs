@@ -424,9 +424,9 @@ fn kept_workspace_persists_the_writable_layer_between_runs() {
 }
 
 #[test]
-fn image_root_runs_on_a_shared_process_backend_are_never_prebuilt_by_its_warm_pool() {
+fn kept_workspace_runs_on_a_shared_process_backend_are_never_prebuilt_by_its_warm_pool() {
     // A pre-built sandbox of a kept workspace would mount its overlay while the run before
-    // it still writes there: image roots are always built cold, even when the process
+    // it still writes there: such image roots are always built cold, even when the process
     // backend they share keeps a warm pool.
     let fixture = Fixture::with_layers(vec![]);
     let workspace = tempdir();
@@ -446,7 +446,7 @@ fn image_root_runs_on_a_shared_process_backend_are_never_prebuilt_by_its_warm_po
     assert_eq!(
         process.warm_idle(),
         0,
-        "no image-root sandbox was pre-built"
+        "no sandbox of a kept workspace was pre-built"
     );
 }
 
