@@ -299,6 +299,17 @@ impl Sandbox {
         }
     }
 
+    /// Kills the process backend's pre-built (idle) sandboxes and stops building new ones;
+    /// later runs are built cold. Waits up to 2 s for sandboxes being built. Bindings call
+    /// it when their sandbox is closed, so nothing of it outlives `close()`. A no-op before
+    /// the first process run.
+    pub fn close_warm_pool(&self) {
+        #[cfg(feature = "process")]
+        if let Some(process) = self.inner.process.get() {
+            process.close_pool();
+        }
+    }
+
     /// Probes this host for every backend as this sandbox would use it (its helper binary
     /// included): which backends and guarantees are available, and why not.
     pub fn doctor(&self) -> DoctorReport {

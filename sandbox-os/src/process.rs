@@ -101,7 +101,7 @@ impl Drop for ProcessBackend {
     /// to a second) until finished runs are torn down, so a dropped backend leaves nothing
     /// behind.
     fn drop(&mut self) {
-        self.pool.clear(std::time::Duration::from_secs(2));
+        self.close_pool();
         crate::cgroup_cleanup::flush(std::time::Duration::from_secs(1));
     }
 }
@@ -253,6 +253,12 @@ impl ProcessBackend {
     /// Number of idle pre-built sandboxes.
     pub fn warm_idle(&self) -> usize {
         self.pool.idle()
+    }
+
+    /// Kills the idle pre-built sandboxes and stops pre-building (later runs are cold);
+    /// waits up to 2 s for sandboxes being built, which are killed when done.
+    pub fn close_pool(&self) {
+        self.pool.clear(std::time::Duration::from_secs(2));
     }
 
     /// The warm pool's counters (warm and cold runs, sandboxes built, expired, evicted).

@@ -467,11 +467,12 @@ impl PySandbox {
         PyDoctorReport { report }
     }
 
-    /// Kills every run still in flight on this sandbox (they raise CancelledError) and
-    /// refuses new ones. Idempotent.
-    fn close(&self) {
+    /// Kills every run still in flight on this sandbox (they raise CancelledError) and its
+    /// pre-built sandboxes, and refuses new runs. Idempotent.
+    fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
         self.shutdown.cancel();
+        py.detach(|| self.sandbox.close_warm_pool());
     }
 
     /// Whether `close()` was called.
@@ -503,8 +504,8 @@ impl PySandbox {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 

@@ -4,6 +4,7 @@ nothing a run started is left behind."""
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Iterator, List
@@ -18,9 +19,12 @@ PY = "/usr/bin/python3"
 
 @pytest.fixture(scope="session")
 def sb() -> Iterator[strata.Sandbox]:
-    """One process-backend sandbox shared by the session (it is thread-safe)."""
-    sandbox = strata.Sandbox(backend="process")
+    """One process-backend sandbox shared by the session (it is thread-safe). Its warm pool
+    is off: the leak checks below count helper processes, and a pre-built sandbox is one
+    by design (``test_default_sandbox_prebuilds_and_close_kills_what_it_built`` covers it)."""
+    sandbox = strata.Sandbox(backend="process", warm_pool=0)
     yield sandbox
+    sandbox.close()
 
 
 @pytest.fixture
@@ -62,7 +66,13 @@ def child_processes() -> List[int]:
     return children
 
 
-def assert_nothing_left(token: str) -> None:
-    """Fails if a process carrying ``token``, or any child of this process, still exists."""
+def assert_nothing_left(token: str, grace: float = 5.0) -> None:
+    """Fails if a process carrying ``token`` still exists (the tool's processes are gone
+    when a run returns), or if a child of this process is still there after ``grace``
+    seconds (a run returns before its helper has finished exiting: the kernel tears the
+    namespaces down after the result is back)."""
     assert processes_with(token) == [], f"processes with {token} survived the run"
+    deadline = time.monotonic() + grace
+    while child_processes() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert child_processes() == [], "a helper process of this test survived the run"

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import strata
-from conftest import PY, assert_nothing_left
+from conftest import PY, assert_nothing_left, child_processes
 
 
 def test_argv_list_runs_and_result_is_readable(sb: strata.Sandbox) -> None:
@@ -326,6 +327,20 @@ def test_helper_gets_its_own_fds_when_the_host_has_hundreds_open(sb: strata.Sand
         for fd in held[:90] + held[130:]:
             os.close(fd)
     assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
+
+
+def test_default_sandbox_prebuilds_and_close_kills_what_it_built(marker: str) -> None:
+    sb = strata.Sandbox("process")
+    assert sb.run(["/bin/true"]).ok
+    # After the first run of a shape, the default pool builds one sandbox for the next.
+    deadline = time.monotonic() + 10
+    while not child_processes() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert child_processes(), "nothing was pre-built after the first run"
+    out = sb.run(["/bin/sh", "-c", f"echo {marker}; ls /tmp"])
+    assert out.ok and out.stdout.strip() == marker, "a warm run starts clean"
+    sb.close()
+    assert_nothing_left(marker)
 
 
 def test_warm_pool_runs_the_same(marker: str) -> None:
