@@ -112,8 +112,12 @@ const Tool = Object.freeze({
 const SANDBOX_OPTIONS = new Set(['backend', 'strict', 'helper'])
 const RUN_OPTIONS = new Set(['signal', 'onStdout', 'onStderr', 'check'])
 const NO_OPTIONS = Object.freeze({})
+// The native callback's event kinds, and the bits of the native run's flags.
 const STDOUT = 0
 const STDERR = 1
+const RUN_STDOUT = 1
+const RUN_STDERR = 2
+const RUN_CHECK = 4
 
 function checkKeys(object, allowed, what) {
   if (object === undefined || object === null) return NO_OPTIONS
@@ -126,38 +130,32 @@ function checkKeys(object, allowed, what) {
   return object
 }
 
-function toResult(o) {
-  const result = {
-    exitCode: o.exitCode ?? null,
-    signal: o.signal ?? null,
-    timedOut: o.timedOut,
-    limit: o.limit ?? null,
-    success: o.exitCode === 0,
-    status: o.status,
-    stdout: o.stdout,
-    stdoutTruncated: o.stdoutTruncated,
-    stderr: o.stderr,
-    stderrTruncated: o.stderrTruncated,
-    durationMs: o.durationMs,
-    nativeMs: o.nativeMs,
-    usage: o.usage,
-    receipt: undefined,
-  }
-  // The receipt (a few KiB as JSON) is converted on first read: most callers never look.
-  const native = o.receipt
-  Object.defineProperty(result, 'receipt', {
-    enumerable: true,
-    configurable: true,
-    get() {
-      const receipt = JSON.parse(native.toJson())
-      Object.defineProperty(this, 'receipt', { value: receipt, enumerable: true, writable: true, configurable: true })
-      return receipt
+/** The public result of a run, from the native callback's arguments (see onEvent). */
+function toResult(exitCode, signal, timedOut, limit, status, stdout, stderr, stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs, peakMemoryBytes, receipt) {
+  return {
+    exitCode: exitCode ?? null,
+    signal: signal ?? null,
+    timedOut,
+    limit: limit ?? null,
+    success: exitCode === 0,
+    status,
+    stdout,
+    stdoutTruncated,
+    stderr,
+    stderrTruncated,
+    durationMs,
+    nativeMs,
+    usage: { userCpuUs, systemCpuUs, peakMemoryBytes },
+    // The receipt (a few KiB as JSON) stays in Rust until first read: most callers never look.
+    get receipt() {
+      const parsed = JSON.parse(native.receiptJson(receipt))
+      Object.defineProperty(this, 'receipt', { value: parsed, enumerable: true, writable: true, configurable: true })
+      return parsed
     },
-    set(value) {
+    set receipt(value) {
       Object.defineProperty(this, 'receipt', { value, enumerable: true, writable: true, configurable: true })
     },
-  })
-  return result
+  }
 }
 
 // One 'abort' listener per signal however many runs share it (agent frameworks pass one
@@ -265,22 +263,29 @@ class Sandbox {
           cancel.cancel()
         }
       }
-      const onEvent = (kind, payload) => {
+      // (0 | 1, chunk) for output; then once (2, error, ...the result's parts), where
+      // `error` is set when the run failed (or, with `check`, did not succeed) and the parts
+      // when it ran. Plain values: building the result here is cheaper than in Rust.
+      const onEvent = (kind, payload, exitCode, exitSignal, timedOut, limit, status, stdout, stderr, stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs, peakMemoryBytes, receipt) => {
         if (kind === STDOUT) return deliver(onStdout, payload)
         if (kind === STDERR) return deliver(onStderr, payload)
         if (unwatch) unwatch()
+        const result =
+          status == null
+            ? undefined
+            : toResult(exitCode, exitSignal, timedOut, limit, status, stdout, stderr, stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs, peakMemoryBytes, receipt)
         if (callbackFailed) reject(callbackError)
-        else if (payload.error) {
-          if (payload.error.code === 'cancelled' && signal?.aborted) reject(abortError(signal))
-          else reject(fromNative(payload.error, payload.output ? toResult(payload.output) : undefined))
-        } else resolve(toResult(payload.output))
+        else if (payload) {
+          if (payload.code === 'cancelled' && signal?.aborted) reject(abortError(signal))
+          else reject(fromNative(payload, result))
+        } else resolve(result)
       }
       let refused
       try {
         refused = this.#native.run(
           tool,
           caps,
-          { stdout: onStdout !== undefined, stderr: onStderr !== undefined, check: opts.check === true },
+          (onStdout !== undefined ? RUN_STDOUT : 0) | (onStderr !== undefined ? RUN_STDERR : 0) | (opts.check === true ? RUN_CHECK : 0),
           cancel,
           onEvent,
         )
