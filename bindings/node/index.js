@@ -130,9 +130,27 @@ function checkKeys(object, allowed, what) {
   return object
 }
 
+// The receipt (a few KiB as JSON) stays in Rust until first read: most callers never look.
+// Every result gets the same accessor functions (the native receipt under a symbol), so all
+// results share one object shape: closures per result would turn each into a slow
+// dictionary-mode object.
+const NATIVE_RECEIPT = Symbol('strata.nativeReceipt')
+const RECEIPT_ACCESSOR = {
+  enumerable: true,
+  configurable: true,
+  get() {
+    const receipt = JSON.parse(native.receiptJson(this[NATIVE_RECEIPT]))
+    Object.defineProperty(this, 'receipt', { value: receipt, enumerable: true, writable: true, configurable: true })
+    return receipt
+  },
+  set(value) {
+    Object.defineProperty(this, 'receipt', { value, enumerable: true, writable: true, configurable: true })
+  },
+}
+
 /** The public result of a run, from the native callback's arguments (see onEvent). */
 function toResult(exitCode, signal, timedOut, limit, status, stdout, stderr, stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs, peakMemoryBytes, receipt) {
-  return {
+  const result = {
     exitCode: exitCode ?? null,
     signal: signal ?? null,
     timedOut,
@@ -146,16 +164,10 @@ function toResult(exitCode, signal, timedOut, limit, status, stdout, stderr, std
     durationMs,
     nativeMs,
     usage: { userCpuUs, systemCpuUs, peakMemoryBytes },
-    // The receipt (a few KiB as JSON) stays in Rust until first read: most callers never look.
-    get receipt() {
-      const parsed = JSON.parse(native.receiptJson(receipt))
-      Object.defineProperty(this, 'receipt', { value: parsed, enumerable: true, writable: true, configurable: true })
-      return parsed
-    },
-    set receipt(value) {
-      Object.defineProperty(this, 'receipt', { value, enumerable: true, writable: true, configurable: true })
-    },
   }
+  Object.defineProperty(result, NATIVE_RECEIPT, { value: receipt, configurable: true })
+  Object.defineProperty(result, 'receipt', RECEIPT_ACCESSOR)
+  return result
 }
 
 // One 'abort' listener per signal however many runs share it (agent frameworks pass one
