@@ -24,6 +24,13 @@
 //   probe's wall time in JavaScript minus the time the pool thread slept (timer slack of the
 //   sleep excluded, unlike a ping-pong timed from JavaScript). Hop two after an idle wait is
 //   the floor of any design that settles a Promise from another thread, one hop or two.
+// - hop 2 in real runs: the same hop-back latency, for the runs of the first series (the
+//   addon keeps the last one per thread). Next to the idle probe's it shows what the
+//   sandbox's own teardown (cgroup removal, namespace cleanup in the kernel), running at
+//   that moment on the same two CPUs, adds.
+// - JS-thread CPU per call: on-CPU time of the main thread over a series, per call (from
+//   /proc/<pid>/task/<pid>/schedstat): the binding's own work on the event loop, as it runs
+//   between sandboxes, with cold caches, context switches included.
 // - child_process.spawn of /bin/true (no isolation) next to the sandboxed run, and 100
 //   concurrent sandboxed runs.
 //
@@ -31,6 +38,7 @@
 // average is printed before and after (other work on the machine shows up in every number).
 
 import { spawn } from 'node:child_process'
+import fs from 'node:fs'
 import { createRequire } from 'node:module'
 import os from 'node:os'
 import path from 'node:path'
@@ -62,8 +70,18 @@ function fmt(s, unit) {
 }
 
 const sinceUs = (t0) => Number(process.hrtime.bigint() - t0) / 1000
+const schedstat = `/proc/${process.pid}/task/${process.pid}/schedstat`
+/** On-CPU time of the JavaScript thread so far, microseconds (null where /proc lacks it). */
+function threadCpuUs() {
+  try {
+    return Number(fs.readFileSync(schedstat, 'latin1').split(' ')[0]) / 1000
+  } catch {
+    return null
+  }
+}
 
 async function strataSeries(n, out) {
+  const cpu0 = threadCpuUs()
   for (let i = 0; i < n; i++) {
     const t0 = process.hrtime.bigint()
     const result = await sandbox.run(tool)
@@ -72,7 +90,9 @@ async function strataSeries(n, out) {
     out.wall.push(wallUs / 1000)
     out.native.push(result.nativeMs)
     out.overhead.push(wallUs - result.nativeMs * 1000)
+    if (hasProbe) out.hopB.push(native.probeLastHopUs())
   }
+  if (cpu0 !== null) out.cpu.push((threadCpuUs() - cpu0) / n)
 }
 
 function spawnOnce() {
@@ -114,12 +134,14 @@ function probeOnce(sleepUs) {
 }
 
 async function probeSeries(n, sleepUs, out) {
+  const cpu0 = threadCpuUs()
   for (let i = 0; i < n; i++) {
     const { hopA, hopB, beyond } = await probeOnce(sleepUs)
     out.hopA.push(hopA)
     out.hopB.push(hopB)
     out.beyond.push(beyond)
   }
+  if (cpu0 !== null) out.cpu.push((threadCpuUs() - cpu0) / n)
 }
 
 async function concurrent(n) {
@@ -129,22 +151,22 @@ async function concurrent(n) {
 }
 
 const hasProbe = typeof native.probeHops === 'function'
-const strata = { wall: [], native: [], overhead: [] }
+const strata = { wall: [], native: [], overhead: [], hopB: [], cpu: [] }
 const spawned = []
 const roundTrip = []
-const hot = { hopA: [], hopB: [], beyond: [] }
-const idle = { hopA: [], hopB: [], beyond: [] }
+const hot = { hopA: [], hopB: [], beyond: [], cpu: [] }
+const idle = { hopA: [], hopB: [], beyond: [], cpu: [] }
 const loadBefore = os.loadavg()[0]
 
-const warm = { wall: [], native: [], overhead: [] }
+const warm = { wall: [], native: [], overhead: [], hopB: [], cpu: [] }
 await strataSeries(warmup, warm)
 await spawnSeries(warmup, [])
 await roundTripSeries(warmup, [])
 // The idle probe sleeps as long as a sandboxed run takes here.
 const runUs = Math.round(stats(warm.native).p50 * 1000)
 if (hasProbe) {
-  await probeSeries(warmup, 0, { hopA: [], hopB: [], beyond: [] })
-  await probeSeries(10, runUs, { hopA: [], hopB: [], beyond: [] })
+  await probeSeries(warmup, 0, { hopA: [], hopB: [], beyond: [], cpu: [] })
+  await probeSeries(10, runUs, { hopA: [], hopB: [], beyond: [], cpu: [] })
 }
 for (let b = 0; b < blocks; b++) {
   await strataSeries(perBlock, strata)
@@ -172,6 +194,11 @@ console.log(`  await sandbox.run()     ${fmt(s.wall, 'ms')}`)
 console.log(`  Rust Sandbox::run_with  ${fmt(s.native, 'ms')}`)
 console.log(`  binding overhead/call   ${fmt(s.overhead, 'us')}   (target <= 30 us)`)
 console.log(`  round trip, no sandbox  ${fmt(rt, 'us')}   (refused inside Rust: all threads hot)`)
+const mean = (a) => (a.length ? a.reduce((x, y) => x + y, 0) / a.length : NaN)
+const cpuRun = mean(strata.cpu)
+if (!Number.isNaN(cpuRun)) {
+  console.log(`  JS-thread CPU per run   ${cpuRun.toFixed(1)} us   (mean; per block: ${strata.cpu.map((v) => v.toFixed(0)).join(' ')})`)
+}
 let floor = null
 if (hasProbe) {
   const h = { hopA: stats(hot.hopA), hopB: stats(hot.hopB), beyond: stats(hot.beyond) }
@@ -183,11 +210,17 @@ if (hasProbe) {
   console.log(`  ${'hop 1 JS->pool, idle'.padEnd(24)}${fmt(i.hopA, 'us')}   (pool thread idle since the last probe)`)
   console.log(`  ${'hop 2 pool->JS, idle'.padEnd(24)}${fmt(i.hopB, 'us')}   (after ${idleMs}: the floor of a one-hop design)`)
   console.log(`  ${'probe overhead, idle'.padEnd(24)}${fmt(i.beyond, 'us')}   (after ${idleMs}: the floor of this two-hop design)`)
+  const realHop = stats(strata.hopB)
+  console.log(`  ${'hop 2 pool->JS, runs'.padEnd(24)}${fmt(realHop, 'us')}   (the same hop at the end of the real runs above)`)
   console.log(
-    `  => beyond the idle probe, p50: ${(s.overhead.p50 - i.beyond.p50).toFixed(1)} us per run ` +
-      `(converting a real result, on a machine made cold by the sandbox's own start and teardown)`,
+    `  ${'JS-thread CPU, probes'.padEnd(24)}idle ${mean(idle.cpu).toFixed(1)} us, hot ${mean(hot.cpu).toFixed(1)} us per call (means)`,
   )
-  floor = { hot: h, idle: i }
+  console.log(
+    `  => a run's overhead beyond the idle probe, p50: ${(s.overhead.p50 - i.beyond.p50).toFixed(1)} us ` +
+      `(hop 2 slowed by the sandbox's teardown: ${(realHop.p50 - i.hopB.p50).toFixed(1)} us; ` +
+      `JS-thread CPU beyond the idle probe's: ${(cpuRun - mean(idle.cpu)).toFixed(1)} us)`,
+  )
+  floor = { hot: h, idle: i, realHop, idleCpu: mean(idle.cpu), hotCpu: mean(hot.cpu) }
 }
 console.log(`  child_process.spawn     ${fmt(sp, 'ms')}   (no isolation)`)
 console.log(`  ratio sandbox/spawn p50 ${(s.wall.p50 / sp.p50).toFixed(2)}x`)
@@ -204,6 +237,7 @@ console.log(
     overhead_us_p99: +s.overhead.p99.toFixed(1),
     overhead_us_mean: +s.overhead.mean.toFixed(1),
     round_trip_us_p50: +rt.p50.toFixed(1),
+    js_cpu_per_run_us: +cpuRun.toFixed(1),
     ...(floor && {
       hop_one_hot_us_p50: +floor.hot.hopA.p50.toFixed(1),
       hop_two_hot_us_p50: +floor.hot.hopB.p50.toFixed(1),
@@ -213,6 +247,9 @@ console.log(
       hop_two_idle_us_p99: +floor.idle.hopB.p99.toFixed(1),
       probe_idle_us_p50: +floor.idle.beyond.p50.toFixed(1),
       probe_idle_us_p99: +floor.idle.beyond.p99.toFixed(1),
+      hop_two_runs_us_p50: +floor.realHop.p50.toFixed(1),
+      js_cpu_idle_probe_us: +floor.idleCpu.toFixed(1),
+      js_cpu_hot_probe_us: +floor.hotCpu.toFixed(1),
     }),
     sandbox_ms_p50: +s.wall.p50.toFixed(3),
     rust_ms_p50: +s.native.p50.toFixed(3),

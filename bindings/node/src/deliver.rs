@@ -8,7 +8,7 @@
 //! and closing them afterwards. It keeps the event loop alive only while runs are in flight,
 //! like the per-run handle it replaces.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,13 +34,9 @@ pub(crate) enum Event {
     Chunk(Stream, Vec<u8>),
     /// The run ended (final).
     Done(Box<Finished>),
-    /// A benchmark probe ended (final): the latency of the hop to the run thread, how long
-    /// that thread then slept, and when the event was queued for the JavaScript thread.
-    Probe {
-        hop_a: Duration,
-        slept: Duration,
-        queued: Instant,
-    },
+    /// A benchmark probe ended (final): the latency of the hop to the run thread, and how
+    /// long that thread then slept.
+    Probe { hop_a: Duration, slept: Duration },
 }
 
 /// The arguments of a run's callback for one event: `(0 | 1, chunk: Buffer)` for output,
@@ -65,8 +61,9 @@ impl JsValuesTupleIntoVec for EventArgs {
 }
 
 impl Event {
-    /// The callback's arguments, on the JavaScript thread.
-    fn into_args(self) -> EventArgs {
+    /// The callback's arguments, on the JavaScript thread; `hop_back` is how long the event
+    /// took to get here.
+    fn into_args(self, hop_back: Duration) -> EventArgs {
         EventArgs(match self {
             Event::Chunk(Stream::Stdout, chunk) => {
                 Args::Chunk(FnArgs::from((STDOUT, Buffer::from(chunk))))
@@ -75,14 +72,10 @@ impl Event {
                 Args::Chunk(FnArgs::from((STDERR, Buffer::from(chunk))))
             }
             Event::Done(finished) => Args::Done(Box::new(finished.into_args(DONE))),
-            Event::Probe {
-                hop_a,
-                slept,
-                queued,
-            } => Args::Probe(FnArgs::from((
+            Event::Probe { hop_a, slept } => Args::Probe(FnArgs::from((
                 PROBE,
                 micros(hop_a),
-                micros(queued.elapsed()),
+                micros(hop_back),
                 micros(slept),
             ))),
         })
@@ -104,6 +97,8 @@ type Callback = Arc<FunctionRef<EventArgs, ()>>;
 struct Delivery {
     callback: Callback,
     event: Event,
+    /// When it was queued: how long the hop back took is kept for the benchmark.
+    queued: Instant,
 }
 
 /// The threadsafe function every run of a JavaScript thread reports through. Weak: it
@@ -122,6 +117,15 @@ struct Shared {
 thread_local! {
     /// Touched only on JavaScript threads: by [`Reply::open`] and by deliveries.
     static SHARED: RefCell<Option<Shared>> = const { RefCell::new(None) };
+    /// How long the last final event of this thread took from being queued to its callback
+    /// being called (see [`last_hop`]).
+    static LAST_HOP: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+}
+
+/// How long the hop back to this JavaScript thread took for the last run that ended here:
+/// from the run thread queuing its final event to the callback being called.
+pub(crate) fn last_hop() -> Duration {
+    LAST_HOP.with(Cell::get)
 }
 
 /// Where a run's events go: its callback, through its thread's shared threadsafe function.
@@ -168,6 +172,7 @@ impl Reply {
             Delivery {
                 callback: Arc::clone(&self.callback),
                 event,
+                queued: Instant::now(),
             },
             ThreadsafeFunctionCallMode::NonBlocking,
         );
@@ -190,12 +195,18 @@ extern "C" fn noop(_env: sys::napi_env, _info: sys::napi_callback_info) -> sys::
 
 /// Calls the run's callback with `delivery`'s event, on the JavaScript thread.
 fn deliver(ctx: ThreadsafeCallContext<Delivery>) -> napi::Result<()> {
-    let Delivery { callback, event } = ctx.value;
+    let Delivery {
+        callback,
+        event,
+        queued,
+    } = ctx.value;
+    let hop_back = queued.elapsed();
     if event.is_final() {
+        LAST_HOP.with(|hop| hop.set(hop_back));
         // Before the callback runs: it may start the next run.
         finished(&ctx.env);
     }
-    let args = event.into_args();
+    let args = event.into_args(hop_back);
     if let Err(thrown) = callback.borrow_back(&ctx.env)?.call(args) {
         // Rethrown as it was: Node reports it as an uncaught exception, as it does for any
         // callback of a threadsafe function that throws.

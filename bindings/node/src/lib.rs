@@ -239,10 +239,17 @@ pub fn probe_hops(
         reply.send(Event::Probe {
             hop_a,
             slept: asleep.elapsed(),
-            queued: Instant::now(),
         });
     });
     Ok(())
+}
+
+/// Benchmark probe for `bench/overhead.mjs`, not part of the package's API: for the last run
+/// that ended on this JavaScript thread, microseconds from its run thread queuing the final
+/// event to the callback being called (the hop back, as `probe_hops` times it).
+#[napi]
+pub fn probe_last_hop_us() -> f64 {
+    deliver::last_hop().as_secs_f64() * 1e6
 }
 
 /// The blocking pool runs go on: threads are reused between runs (no thread start per
