@@ -149,7 +149,23 @@ const RECEIPT_ACCESSOR = {
 }
 
 /** The public result of a run, from the native callback's arguments (see onEvent). */
-function toResult(exitCode, signal, timedOut, limit, status, stdout, stderr, stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs, peakMemoryBytes, receipt) {
+function toResult(
+  exitCode,
+  signal,
+  timedOut,
+  limit,
+  status,
+  stdout,
+  stderr,
+  stdoutTruncated,
+  stderrTruncated,
+  durationMs,
+  nativeMs,
+  userCpuUs,
+  systemCpuUs,
+  peakMemoryBytes,
+  receipt,
+) {
   const result = {
     exitCode: exitCode ?? null,
     signal: signal ?? null,
@@ -275,17 +291,15 @@ class Sandbox {
           cancel.cancel()
         }
       }
-      // (0 | 1, chunk) for output; then once (2, error, ...the result's parts), where
-      // `error` is set when the run failed (or, with `check`, did not succeed) and the parts
-      // when it ran. Plain values: building the result here is cheaper than in Rust.
-      const onEvent = (kind, payload, exitCode, exitSignal, timedOut, limit, status, stdout, stderr, stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs, peakMemoryBytes, receipt) => {
+      // (0 | 1, chunk) for output; then once (2, error) when the run failed before its tool
+      // ran, or (2, error, ...parts of the result) when it ran, with `error` set when (with
+      // `check`) it did not succeed. Plain values: JavaScript builds objects faster than Rust
+      // can through Node-API.
+      const onEvent = (kind, payload, ...parts) => {
         if (kind === STDOUT) return deliver(onStdout, payload)
         if (kind === STDERR) return deliver(onStderr, payload)
         if (unwatch) unwatch()
-        const result =
-          status == null
-            ? undefined
-            : toResult(exitCode, exitSignal, timedOut, limit, status, stdout, stderr, stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs, peakMemoryBytes, receipt)
+        const result = parts.length === 0 ? undefined : toResult(...parts)
         if (callbackFailed) reject(callbackError)
         else if (payload) {
           if (payload.code === 'cancelled' && signal?.aborted) reject(abortError(signal))
@@ -297,7 +311,9 @@ class Sandbox {
         refused = this.#native.run(
           tool,
           caps,
-          (onStdout !== undefined ? RUN_STDOUT : 0) | (onStderr !== undefined ? RUN_STDERR : 0) | (opts.check === true ? RUN_CHECK : 0),
+          (onStdout === undefined ? 0 : RUN_STDOUT) |
+            (onStderr === undefined ? 0 : RUN_STDERR) |
+            (opts.check === true ? RUN_CHECK : 0),
           cancel,
           onEvent,
         )

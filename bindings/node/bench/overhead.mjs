@@ -183,6 +183,7 @@ const loadAfter = os.loadavg()[0]
 
 const s = { wall: stats(strata.wall), native: stats(strata.native), overhead: stats(strata.overhead) }
 const sp = stats(spawned)
+const line = (label, text) => console.log(`  ${label.padEnd(24)}${text}`)
 const rt = stats(roundTrip)
 const par = stats(parallelMs)
 const n = strata.wall.length
@@ -190,31 +191,30 @@ console.log(
   `strata-sandbox bench: ${n} sequential runs of ${tool.join(' ')} each way (${packageDir ?? 'strata-sandbox'}; ` +
     `node ${process.version}, ${os.cpus().length} cpus, load average ${loadBefore.toFixed(1)} -> ${loadAfter.toFixed(1)})`,
 )
-console.log(`  await sandbox.run()     ${fmt(s.wall, 'ms')}`)
-console.log(`  Rust Sandbox::run_with  ${fmt(s.native, 'ms')}`)
-console.log(`  binding overhead/call   ${fmt(s.overhead, 'us')}   (target <= 30 us)`)
-console.log(`  round trip, no sandbox  ${fmt(rt, 'us')}   (refused inside Rust: all threads hot)`)
+line('await sandbox.run()', fmt(s.wall, 'ms'))
+line('Rust Sandbox::run_with', fmt(s.native, 'ms'))
+line('binding overhead/call', `${fmt(s.overhead, 'us')}   (target <= 30 us)`)
+line('round trip, no sandbox', `${fmt(rt, 'us')}   (refused inside Rust: all threads hot)`)
 const mean = (a) => (a.length ? a.reduce((x, y) => x + y, 0) / a.length : NaN)
 const cpuRun = mean(strata.cpu)
 if (!Number.isNaN(cpuRun)) {
-  console.log(`  JS-thread CPU per run   ${cpuRun.toFixed(1)} us   (mean; per block: ${strata.cpu.map((v) => v.toFixed(0)).join(' ')})`)
+  const perBlockCpu = strata.cpu.map((v) => v.toFixed(0)).join(' ')
+  line('JS-thread CPU per run', `${cpuRun.toFixed(1)} us   (mean; per block: ${perBlockCpu})`)
 }
 let floor = null
 if (hasProbe) {
   const h = { hopA: stats(hot.hopA), hopB: stats(hot.hopB), beyond: stats(hot.beyond) }
   const i = { hopA: stats(idle.hopA), hopB: stats(idle.hopB), beyond: stats(idle.beyond) }
   const idleMs = `${(runUs / 1000).toFixed(1)} ms idle`
-  console.log(`  ${'hop 1 JS->pool, hot'.padEnd(24)}${fmt(h.hopA, 'us')}`)
-  console.log(`  ${'hop 2 pool->JS, hot'.padEnd(24)}${fmt(h.hopB, 'us')}`)
-  console.log(`  ${'probe overhead, hot'.padEnd(24)}${fmt(h.beyond, 'us')}   (both hops and both ends, nothing in between)`)
-  console.log(`  ${'hop 1 JS->pool, idle'.padEnd(24)}${fmt(i.hopA, 'us')}   (pool thread idle since the last probe)`)
-  console.log(`  ${'hop 2 pool->JS, idle'.padEnd(24)}${fmt(i.hopB, 'us')}   (after ${idleMs}: the floor of a one-hop design)`)
-  console.log(`  ${'probe overhead, idle'.padEnd(24)}${fmt(i.beyond, 'us')}   (after ${idleMs}: the floor of this two-hop design)`)
+  line('hop 1 JS->pool, hot', fmt(h.hopA, 'us'))
+  line('hop 2 pool->JS, hot', fmt(h.hopB, 'us'))
+  line('probe overhead, hot', `${fmt(h.beyond, 'us')}   (both hops and both ends, nothing in between)`)
+  line('hop 1 JS->pool, idle', `${fmt(i.hopA, 'us')}   (pool thread idle since the last probe)`)
+  line('hop 2 pool->JS, idle', `${fmt(i.hopB, 'us')}   (after ${idleMs}: the floor of a one-hop design)`)
+  line('probe overhead, idle', `${fmt(i.beyond, 'us')}   (after ${idleMs}: the floor of this two-hop design)`)
   const realHop = stats(strata.hopB)
-  console.log(`  ${'hop 2 pool->JS, runs'.padEnd(24)}${fmt(realHop, 'us')}   (the same hop at the end of the real runs above)`)
-  console.log(
-    `  ${'JS-thread CPU, probes'.padEnd(24)}idle ${mean(idle.cpu).toFixed(1)} us, hot ${mean(hot.cpu).toFixed(1)} us per call (means)`,
-  )
+  line('hop 2 pool->JS, runs', `${fmt(realHop, 'us')}   (the same hop at the end of the real runs above)`)
+  line('JS-thread CPU, probes', `idle ${mean(idle.cpu).toFixed(1)} us, hot ${mean(hot.cpu).toFixed(1)} us per call (means)`)
   console.log(
     `  => a run's overhead beyond the idle probe, p50: ${(s.overhead.p50 - i.beyond.p50).toFixed(1)} us ` +
       `(hop 2 slowed by the sandbox's teardown: ${(realHop.p50 - i.hopB.p50).toFixed(1)} us; ` +
@@ -222,12 +222,13 @@ if (hasProbe) {
   )
   floor = { hot: h, idle: i, realHop, idleCpu: mean(idle.cpu), hotCpu: mean(hot.cpu) }
 }
-console.log(`  child_process.spawn     ${fmt(sp, 'ms')}   (no isolation)`)
-console.log(`  ratio sandbox/spawn p50 ${(s.wall.p50 / sp.p50).toFixed(2)}x`)
-console.log(`  overhead share, p50     ${((s.overhead.p50 / 1000 / s.wall.p50) * 100).toFixed(3)}% of a run`)
-console.log(
-  `  100 concurrent runs     ${par.p50.toFixed(1)} ms wall, median of 3 (${((100 / par.p50) * 1000).toFixed(0)} runs/s; ` +
-    `${parallelMs.map((v) => v.toFixed(0)).join(', ')} ms)`,
+line('child_process.spawn', `${fmt(sp, 'ms')}   (no isolation)`)
+line('ratio sandbox/spawn p50', `${(s.wall.p50 / sp.p50).toFixed(2)}x`)
+line('overhead share, p50', `${((s.overhead.p50 / 1000 / s.wall.p50) * 100).toFixed(3)}% of a run`)
+const perSecond = ((100 / par.p50) * 1000).toFixed(0)
+line(
+  '100 concurrent runs',
+  `${par.p50.toFixed(1)} ms wall, median of 3 (${perSecond} runs/s; ${parallelMs.map((v) => v.toFixed(0)).join(', ')} ms)`,
 )
 console.log(
   JSON.stringify({

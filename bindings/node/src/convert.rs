@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use napi::bindgen_prelude::{External, FnArgs};
+use napi::bindgen_prelude::{External, FnArgs, JsValuesTupleIntoVec};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use strata::{
@@ -395,61 +395,79 @@ impl Finished {
         }
     }
 
-    /// The arguments of the run's last callback, after its kind (see [`DoneArgs`]): plain
-    /// values, no objects, so that JavaScript builds the result itself (a JavaScript object
-    /// literal costs a fraction of an object built property by property through Node-API).
+    /// The arguments of the run's last callback (see [`DoneArgs`]): plain values, no
+    /// objects, so that JavaScript builds the result itself (a JavaScript object literal
+    /// costs a fraction of an object built property by property through Node-API).
     pub(crate) fn into_args(self, kind: u32) -> DoneArgs {
-        let error = self.error;
-        FnArgs::from(match self.output {
-            None => (
-                kind, error, None, None, None, None, None, None, None, None, None, None, None,
-                None, None, None, None,
-            ),
-            Some(o) => (
+        match (self.output, self.error) {
+            (Some(o), error) => DoneArgs::Ran(Box::new(FnArgs::from((
                 kind,
                 error,
                 o.exit_code,
                 o.signal,
-                Some(o.timed_out),
+                o.timed_out,
                 o.limit,
-                Some(o.status),
-                Some(o.stdout),
-                Some(o.stderr),
-                Some(o.stdout_truncated),
-                Some(o.stderr_truncated),
-                Some(o.duration_ms),
-                Some(o.native_ms),
-                Some(o.user_cpu_us),
-                Some(o.system_cpu_us),
-                Some(o.peak_memory_bytes),
-                Some(External::new(o.receipt)),
-            ),
-        })
+                o.status,
+                o.stdout,
+                o.stderr,
+                o.stdout_truncated,
+                o.stderr_truncated,
+                o.duration_ms,
+                o.native_ms,
+                o.user_cpu_us,
+                o.system_cpu_us,
+                o.peak_memory_bytes,
+                External::new(o.receipt),
+            )))),
+            (None, error) => DoneArgs::NotRun(FnArgs::from((
+                kind,
+                error.unwrap_or_else(|| {
+                    NativeError::from(&Error::Internal {
+                        message: "the run ended without an outcome".to_string(),
+                        source: None,
+                    })
+                }),
+            ))),
+        }
     }
 }
 
-/// A run's last callback: `(kind, error, exitCode, signal, timedOut, limit, status, stdout,
-/// stderr, stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs,
-/// peakMemoryBytes, receipt)`. `error` is set when the run was refused, failed or (with
-/// `check`) did not succeed; everything after it is set when the run produced an output
-/// (`exitCode`, `signal` and `limit` only when they apply). `receipt` is the receipt kept
-/// in Rust until JavaScript reads it with `receiptJson` (most callers never do).
-pub(crate) type DoneArgs = FnArgs<(
+/// A run's last callback: `(kind, error)` when the run was refused or failed before the
+/// tool ran; `(kind, error, exitCode, signal, timedOut, limit, status, stdout, stderr,
+/// stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs,
+/// peakMemoryBytes, receipt)` when it ran, `error` then set only when (with `check`) it did
+/// not succeed. `receipt` is the receipt kept in Rust until JavaScript reads it with
+/// `receiptJson` (most callers never do).
+pub(crate) enum DoneArgs {
+    NotRun(FnArgs<(u32, NativeError)>),
+    Ran(Box<RanArgs>),
+}
+
+type RanArgs = FnArgs<(
     u32,
     Option<NativeError>,
     Option<i32>,
     Option<i32>,
-    Option<bool>,
+    bool,
     Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<bool>,
-    Option<bool>,
-    Option<f64>,
-    Option<f64>,
-    Option<f64>,
-    Option<f64>,
-    Option<f64>,
-    Option<External<Receipt>>,
+    String,
+    String,
+    String,
+    bool,
+    bool,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    External<Receipt>,
 )>;
+
+impl JsValuesTupleIntoVec for DoneArgs {
+    fn into_vec(self, env: napi::sys::napi_env) -> napi::Result<Vec<napi::sys::napi_value>> {
+        match self {
+            DoneArgs::NotRun(args) => args.into_vec(env),
+            DoneArgs::Ran(args) => (*args).into_vec(env),
+        }
+    }
+}

@@ -46,7 +46,7 @@ pub struct EventArgs(Args);
 
 enum Args {
     Chunk(FnArgs<(u32, Buffer)>),
-    Done(Box<DoneArgs>),
+    Done(DoneArgs),
     Probe(FnArgs<(u32, f64, f64, f64)>),
 }
 
@@ -54,7 +54,7 @@ impl JsValuesTupleIntoVec for EventArgs {
     fn into_vec(self, env: sys::napi_env) -> napi::Result<Vec<sys::napi_value>> {
         match self.0 {
             Args::Chunk(args) => args.into_vec(env),
-            Args::Done(args) => (*args).into_vec(env),
+            Args::Done(args) => args.into_vec(env),
             Args::Probe(args) => args.into_vec(env),
         }
     }
@@ -71,7 +71,7 @@ impl Event {
             Event::Chunk(Stream::Stderr, chunk) => {
                 Args::Chunk(FnArgs::from((STDERR, Buffer::from(chunk))))
             }
-            Event::Done(finished) => Args::Done(Box::new(finished.into_args(DONE))),
+            Event::Done(finished) => Args::Done(finished.into_args(DONE)),
             Event::Probe { hop_a, slept } => Args::Probe(FnArgs::from((
                 PROBE,
                 micros(hop_a),
