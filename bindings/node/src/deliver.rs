@@ -16,6 +16,7 @@ use napi::bindgen_prelude::{Buffer, FnArgs, Function, FunctionRef, JsValuesTuple
 use napi::threadsafe_function::{
     ThreadsafeCallContext, ThreadsafeFunction, ThreadsafeFunctionCallMode,
 };
+use napi::JsValue;
 use napi::{sys, Env, Status};
 use strata::Stream;
 
@@ -93,6 +94,22 @@ fn micros(d: Duration) -> f64 {
 /// A run's callback, as the run thread holds it.
 type Callback = Arc<FunctionRef<EventArgs, ()>>;
 
+/// The arguments of the shared JavaScript function: the run's callback, then the event's
+/// arguments for it.
+pub struct CallArgs {
+    callback: Callback,
+    args: EventArgs,
+}
+
+impl JsValuesTupleIntoVec for CallArgs {
+    fn into_vec(self, env: sys::napi_env) -> napi::Result<Vec<sys::napi_value>> {
+        let callback = self.callback.borrow_back(&Env::from_raw(env))?.raw();
+        let mut values = vec![callback];
+        values.extend(self.args.into_vec(env)?);
+        Ok(values)
+    }
+}
+
 /// One event on its way to its run's callback.
 struct Delivery {
     callback: Callback,
@@ -103,7 +120,7 @@ struct Delivery {
 
 /// The threadsafe function every run of a JavaScript thread reports through. Weak: it
 /// keeps the event loop alive only while [`Shared::in_flight`] runs are.
-type Tsfn = ThreadsafeFunction<Delivery, (), (), Status, false, true>;
+type Tsfn = ThreadsafeFunction<Delivery, (), CallArgs, Status, false, true>;
 
 /// The threadsafe function of this JavaScript thread and its runs in flight.
 struct Shared {
@@ -179,22 +196,19 @@ impl Reply {
     }
 }
 
-/// The shared threadsafe function of `env`. Its JavaScript function does nothing: each
-/// delivery calls its run's own callback.
+/// The shared threadsafe function of `env`. Its JavaScript function calls the run's
+/// callback (its first argument) with the rest: an exception thrown there is reported by
+/// Node as uncaught, as for any callback of a threadsafe function.
 fn create(env: &Env) -> napi::Result<Tsfn> {
-    env.create_function::<(), ()>("strataRunEvents", noop)?
+    env.run_script::<_, Function<'_, CallArgs, ()>>("(callback, ...args) => callback(...args)")?
         .build_threadsafe_function::<Delivery>()
         .callee_handled::<false>()
         .weak::<true>()
         .build_callback(deliver)
 }
 
-extern "C" fn noop(_env: sys::napi_env, _info: sys::napi_callback_info) -> sys::napi_value {
-    std::ptr::null_mut()
-}
-
-/// Calls the run's callback with `delivery`'s event, on the JavaScript thread.
-fn deliver(ctx: ThreadsafeCallContext<Delivery>) -> napi::Result<()> {
+/// The call of the run's callback for `delivery`'s event, on the JavaScript thread.
+fn deliver(ctx: ThreadsafeCallContext<Delivery>) -> napi::Result<CallArgs> {
     let Delivery {
         callback,
         event,
@@ -206,13 +220,10 @@ fn deliver(ctx: ThreadsafeCallContext<Delivery>) -> napi::Result<()> {
         // Before the callback runs: it may start the next run.
         finished(&ctx.env);
     }
-    let args = event.into_args(hop_back);
-    if let Err(thrown) = callback.borrow_back(&ctx.env)?.call(args) {
-        // Rethrown as it was: Node reports it as an uncaught exception, as it does for any
-        // callback of a threadsafe function that throws.
-        ctx.env.throw(thrown)?;
-    }
-    Ok(())
+    Ok(CallArgs {
+        callback,
+        args: event.into_args(hop_back),
+    })
 }
 
 /// A run of this thread ended: when it was the last in flight, the event loop no longer
