@@ -112,8 +112,12 @@ const Tool = Object.freeze({
 const SANDBOX_OPTIONS = new Set(['backend', 'strict', 'helper'])
 const RUN_OPTIONS = new Set(['signal', 'onStdout', 'onStderr', 'check'])
 const NO_OPTIONS = Object.freeze({})
+// The native callback's event kinds, and the bits of the native run's flags.
 const STDOUT = 0
 const STDERR = 1
+const RUN_STDOUT = 1
+const RUN_STDERR = 2
+const RUN_CHECK = 4
 
 function checkKeys(object, allowed, what) {
   if (object === undefined || object === null) return NO_OPTIONS
@@ -126,37 +130,59 @@ function checkKeys(object, allowed, what) {
   return object
 }
 
-function toResult(o) {
+// The receipt (a few KiB as JSON) stays in Rust until first read: most callers never look.
+// Every result gets the same accessor functions (the native receipt under a symbol), so all
+// results share one object shape: closures per result would turn each into a slow
+// dictionary-mode object.
+const NATIVE_RECEIPT = Symbol('strata.nativeReceipt')
+const RECEIPT_ACCESSOR = {
+  enumerable: true,
+  configurable: true,
+  get() {
+    const receipt = JSON.parse(native.receiptJson(this[NATIVE_RECEIPT]))
+    Object.defineProperty(this, 'receipt', { value: receipt, enumerable: true, writable: true, configurable: true })
+    return receipt
+  },
+  set(value) {
+    Object.defineProperty(this, 'receipt', { value, enumerable: true, writable: true, configurable: true })
+  },
+}
+
+/** The public result of a run, from the native callback's arguments (see onEvent). */
+function toResult(
+  exitCode,
+  signal,
+  timedOut,
+  limit,
+  status,
+  stdout,
+  stderr,
+  stdoutTruncated,
+  stderrTruncated,
+  durationMs,
+  nativeMs,
+  userCpuUs,
+  systemCpuUs,
+  peakMemoryBytes,
+  receipt,
+) {
   const result = {
-    exitCode: o.exitCode ?? null,
-    signal: o.signal ?? null,
-    timedOut: o.timedOut,
-    limit: o.limit ?? null,
-    success: o.exitCode === 0,
-    status: o.status,
-    stdout: o.stdout,
-    stdoutTruncated: o.stdoutTruncated,
-    stderr: o.stderr,
-    stderrTruncated: o.stderrTruncated,
-    durationMs: o.durationMs,
-    nativeMs: o.nativeMs,
-    usage: o.usage,
-    receipt: undefined,
+    exitCode: exitCode ?? null,
+    signal: signal ?? null,
+    timedOut,
+    limit: limit ?? null,
+    success: exitCode === 0,
+    status,
+    stdout,
+    stdoutTruncated,
+    stderr,
+    stderrTruncated,
+    durationMs,
+    nativeMs,
+    usage: { userCpuUs, systemCpuUs, peakMemoryBytes },
   }
-  // The receipt (a few KiB as JSON) is converted on first read: most callers never look.
-  const native = o.receipt
-  Object.defineProperty(result, 'receipt', {
-    enumerable: true,
-    configurable: true,
-    get() {
-      const receipt = JSON.parse(native.toJson())
-      Object.defineProperty(this, 'receipt', { value: receipt, enumerable: true, writable: true, configurable: true })
-      return receipt
-    },
-    set(value) {
-      Object.defineProperty(this, 'receipt', { value, enumerable: true, writable: true, configurable: true })
-    },
-  })
+  Object.defineProperty(result, NATIVE_RECEIPT, { value: receipt, configurable: true })
+  Object.defineProperty(result, 'receipt', RECEIPT_ACCESSOR)
   return result
 }
 
@@ -265,22 +291,29 @@ class Sandbox {
           cancel.cancel()
         }
       }
-      const onEvent = (kind, payload) => {
+      // (0 | 1, chunk) for output; then once (2, error) when the run failed before its tool
+      // ran, or (2, error, ...parts of the result) when it ran, with `error` set when (with
+      // `check`) it did not succeed. Plain values: JavaScript builds objects faster than Rust
+      // can through Node-API.
+      const onEvent = (kind, payload, ...parts) => {
         if (kind === STDOUT) return deliver(onStdout, payload)
         if (kind === STDERR) return deliver(onStderr, payload)
         if (unwatch) unwatch()
+        const result = parts.length === 0 ? undefined : toResult(...parts)
         if (callbackFailed) reject(callbackError)
-        else if (payload.error) {
-          if (payload.error.code === 'cancelled' && signal?.aborted) reject(abortError(signal))
-          else reject(fromNative(payload.error, payload.output ? toResult(payload.output) : undefined))
-        } else resolve(toResult(payload.output))
+        else if (payload) {
+          if (payload.code === 'cancelled' && signal?.aborted) reject(abortError(signal))
+          else reject(fromNative(payload, result))
+        } else resolve(result)
       }
       let refused
       try {
         refused = this.#native.run(
           tool,
           caps,
-          { stdout: onStdout !== undefined, stderr: onStderr !== undefined, check: opts.check === true },
+          (onStdout === undefined ? 0 : RUN_STDOUT) |
+            (onStderr === undefined ? 0 : RUN_STDERR) |
+            (opts.check === true ? RUN_CHECK : 0),
           cancel,
           onEvent,
         )

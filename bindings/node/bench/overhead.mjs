@@ -1,29 +1,59 @@
 // Benchmark: what `await sandbox.run()` costs from Node.js beyond the Rust call it makes,
-// next to `child_process.spawn` of the same command, in the same process and run.
+// next to `child_process.spawn` of the same command, and what the thread hops alone cost on
+// this machine (the floor under any binding that runs blocking work off the JS thread).
 //
-//   node bench/overhead.mjs [runs]        (default 300 runs per series, after 30 warm-up runs)
+//   node bench/overhead.mjs [runs]        (default 300 runs per series, after warm-up)
+//   STRATA_BENCH_PACKAGE=<dir> node bench/overhead.mjs
+//                                         (the same bench against another build of the
+//                                         package, e.g. a copy of the previous one, to
+//                                         compare before/after in one session)
 //
-// Per call it records the wall time JavaScript observes (hrtime around the await) and
-// `result.nativeMs`, the wall time of the Rust `Sandbox::run_with` call measured inside the
-// binding. Their difference is the binding's overhead: argument conversion, the hand-off to
-// the run pool, the threadsafe-function wake-up of the event loop, result conversion and
-// Promise resolution. Target: <= 30 us (DESIGN.md: bindings <= 2 us beyond the run itself).
+// What it measures:
 //
-// The comparison runs `/bin/true` both ways: through a full sandbox (namespaces, landlock,
-// seccomp, cgroup) and through a plain `child_process.spawn` (no isolation at all).
+// - binding overhead/call: per sequential `await sandbox.run(['/bin/true'])`, the wall time
+//   JavaScript observes (hrtime around the await) minus `result.nativeMs`, the wall time of
+//   the Rust `Sandbox::run_with` call measured on the thread that makes it. The difference is
+//   everything the binding adds: argument conversion, the hand-off to the run pool (hop one),
+//   the threadsafe call back to the event loop (hop two), result conversion and Promise
+//   resolution. Target: <= 30 us.
+// - round trip, no sandbox: a run Rust refuses at once (a relative mount path), so the same
+//   path with nothing to wait for in between: the binding's work when every thread is hot.
+// - hops (native probe): the same two hops around a sleep as long as a run, timed in Rust:
+//   hop one from just before the hand-off to the pool thread running, hop two from just
+//   before the threadsafe call to the JavaScript callback running; "probe overhead" is the
+//   probe's wall time in JavaScript minus the time the pool thread slept (timer slack of the
+//   sleep excluded, unlike a ping-pong timed from JavaScript). Hop two after an idle wait is
+//   the floor of any design that settles a Promise from another thread, one hop or two.
+// - hop 2 in real runs: the same hop-back latency, for the runs of the first series (the
+//   addon keeps the last one per thread). Next to the idle probe's it shows what the
+//   sandbox's own teardown (cgroup removal, namespace cleanup in the kernel), running at
+//   that moment on the same two CPUs, adds.
+// - JS-thread CPU per call: on-CPU time of the main thread over a series, per call (from
+//   /proc/<pid>/task/<pid>/schedstat): the binding's own work on the event loop, as it runs
+//   between sandboxes, with cold caches, context switches included.
+// - child_process.spawn of /bin/true (no isolation) next to the sandboxed run, and 100
+//   concurrent sandboxed runs.
 //
-// Both ends of a run are thread hand-offs (to the run pool, and back to the event loop), so
-// the overhead is mostly scheduler wake-up latency: it grows with machine load, which is
-// printed with the results, next to a worker_threads ping-pong as the floor for two hops.
+// The series are interleaved in blocks so that all see the same machine state; the load
+// average is printed before and after (other work on the machine shows up in every number).
 
 import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import { createRequire } from 'node:module'
 import os from 'node:os'
-import { Worker } from 'node:worker_threads'
-import { Sandbox } from 'strata-sandbox'
+import path from 'node:path'
 
 const runs = Number(process.argv[2] ?? 300)
-
+const blocks = 10
+const perBlock = Math.max(1, Math.round(runs / blocks))
 const warmup = 30
+
+const packageDir = process.env.STRATA_BENCH_PACKAGE ? path.resolve(process.env.STRATA_BENCH_PACKAGE) : null
+const require = createRequire(import.meta.url)
+const { Sandbox } = packageDir ? require(packageDir) : await import('strata-sandbox')
+const { addonPath } = require(packageDir ? path.join(packageDir, 'platform.js') : '../platform.js')
+const native = require(addonPath)
+
 const sandbox = new Sandbox({ backend: 'process' })
 const tool = ['/bin/true']
 
@@ -39,21 +69,30 @@ function fmt(s, unit) {
   return `p50 ${f(s.p50)} ${unit}  p90 ${f(s.p90)}  p99 ${f(s.p99)}  min ${f(s.min)}  mean ${f(s.mean)}`
 }
 
-async function strataSeries(n) {
-  const wall = []
-  const native = []
-  const overhead = []
+const sinceUs = (t0) => Number(process.hrtime.bigint() - t0) / 1000
+const schedstat = `/proc/${process.pid}/task/${process.pid}/schedstat`
+/** On-CPU time of the JavaScript thread so far, microseconds (null where /proc lacks it). */
+function threadCpuUs() {
+  try {
+    return Number(fs.readFileSync(schedstat, 'latin1').split(' ')[0]) / 1000
+  } catch {
+    return null
+  }
+}
+
+async function strataSeries(n, out) {
+  const cpu0 = threadCpuUs()
   for (let i = 0; i < n; i++) {
     const t0 = process.hrtime.bigint()
     const result = await sandbox.run(tool)
-    const t1 = process.hrtime.bigint()
+    const wallUs = sinceUs(t0)
     if (result.exitCode !== 0) throw new Error(`run failed: ${result.status} ${result.stderr}`)
-    const wallMs = Number(t1 - t0) / 1e6
-    wall.push(wallMs)
-    native.push(result.nativeMs)
-    overhead.push((wallMs - result.nativeMs) * 1000)
+    out.wall.push(wallUs / 1000)
+    out.native.push(result.nativeMs)
+    out.overhead.push(wallUs - result.nativeMs * 1000)
+    if (hasProbe) out.hopB.push(native.probeLastHopUs())
   }
-  return { wall: stats(wall), native: stats(native), overhead: stats(overhead) }
+  if (cpu0 !== null) out.cpu.push((threadCpuUs() - cpu0) / n)
 }
 
 function spawnOnce() {
@@ -63,22 +102,16 @@ function spawnOnce() {
     child.on('error', reject)
     child.on('close', (code) => {
       if (code !== 0) reject(new Error(`spawn exit ${code}`))
-      else resolve(Number(process.hrtime.bigint() - t0) / 1e6)
+      else resolve(sinceUs(t0) / 1000)
     })
   })
 }
 
-async function spawnSeries(n) {
-  const wall = []
-  for (let i = 0; i < n; i++) wall.push(await spawnOnce())
-  return stats(wall)
+async function spawnSeries(n, out) {
+  for (let i = 0; i < n; i++) out.push(await spawnOnce())
 }
 
-// The Promise machinery alone: a request that Rust refuses inside `Sandbox::run_with`
-// (a relative mount path fails caps validation), so no sandbox is built, but the call goes
-// JS -> conversion -> run pool -> Rust -> threadsafe function -> Promise like any run.
-async function roundTripSeries(n) {
-  const wall = []
+async function roundTripSeries(n, out) {
   for (let i = 0; i < n; i++) {
     const t0 = process.hrtime.bigint()
     try {
@@ -87,85 +120,142 @@ async function roundTripSeries(n) {
     } catch (error) {
       if (error.code !== 'invalid_request') throw error
     }
-    wall.push(Number(process.hrtime.bigint() - t0) / 1000)
+    out.push(sinceUs(t0))
   }
-  return stats(wall)
 }
 
-// Reference: two thread hand-offs with nothing else, the floor of any design that runs
-// blocking work off the JavaScript thread and reports back: a worker_threads ping-pong,
-// hot (the worker answers at once) and cold (the worker first sleeps `waitMs`, as long as a
-// sandboxed run takes, so both threads are idle when woken; only the time beyond the wait
-// is counted).
-async function hopSeries(n, waitMs) {
-  const worker = new Worker(
-    `const { parentPort } = require('node:worker_threads')
-     const cell = new Int32Array(new SharedArrayBuffer(4))
-     parentPort.on('message', (ms) => { if (ms > 0) Atomics.wait(cell, 0, 0, ms); parentPort.postMessage(ms) })`,
-    { eval: true },
-  )
-  const wall = []
-  for (let i = 0; i < n; i++) {
+function probeOnce(sleepUs) {
+  return new Promise((resolve) => {
     const t0 = process.hrtime.bigint()
-    await new Promise((resolve) => {
-      worker.once('message', resolve)
-      worker.postMessage(waitMs)
+    native.probeHops(sleepUs, (kind, hopA, hopB, slept) => {
+      resolve({ hopA, hopB, beyond: sinceUs(t0) - slept })
     })
-    wall.push(Number(process.hrtime.bigint() - t0) / 1000 - waitMs * 1000)
+  })
+}
+
+async function probeSeries(n, sleepUs, out) {
+  const cpu0 = threadCpuUs()
+  for (let i = 0; i < n; i++) {
+    const { hopA, hopB, beyond } = await probeOnce(sleepUs)
+    out.hopA.push(hopA)
+    out.hopB.push(hopB)
+    out.beyond.push(beyond)
   }
-  await worker.terminate()
-  return stats(wall)
+  if (cpu0 !== null) out.cpu.push((threadCpuUs() - cpu0) / n)
 }
 
 async function concurrent(n) {
   const t0 = process.hrtime.bigint()
   await Promise.all(Array.from({ length: n }, () => sandbox.run(tool)))
-  return Number(process.hrtime.bigint() - t0) / 1e6
+  return sinceUs(t0) / 1000
 }
 
-await strataSeries(warmup)
-await spawnSeries(warmup)
-await roundTripSeries(warmup)
-// Interleave the two series so both see the same machine state.
-const strata = await strataSeries(runs)
-const spawned = await spawnSeries(runs)
-const roundTrip = await roundTripSeries(runs)
-const hotHops = await hopSeries(runs, 0)
-const coldHops = await hopSeries(Math.min(runs, 100), Math.round(strata.native.p50))
-const parallelMs = await concurrent(100)
+const hasProbe = typeof native.probeHops === 'function'
+const strata = { wall: [], native: [], overhead: [], hopB: [], cpu: [] }
+const spawned = []
+const roundTrip = []
+const hot = { hopA: [], hopB: [], beyond: [], cpu: [] }
+const idle = { hopA: [], hopB: [], beyond: [], cpu: [] }
+const loadBefore = os.loadavg()[0]
 
+const warm = { wall: [], native: [], overhead: [], hopB: [], cpu: [] }
+await strataSeries(warmup, warm)
+await spawnSeries(warmup, [])
+await roundTripSeries(warmup, [])
+// The idle probe sleeps as long as a sandboxed run takes here.
+const runUs = Math.round(stats(warm.native).p50 * 1000)
+if (hasProbe) {
+  await probeSeries(warmup, 0, { hopA: [], hopB: [], beyond: [], cpu: [] })
+  await probeSeries(10, runUs, { hopA: [], hopB: [], beyond: [], cpu: [] })
+}
+for (let b = 0; b < blocks; b++) {
+  await strataSeries(perBlock, strata)
+  await spawnSeries(perBlock, spawned)
+  await roundTripSeries(perBlock, roundTrip)
+  if (hasProbe) {
+    await probeSeries(perBlock, 0, hot)
+    await probeSeries(perBlock, runUs, idle)
+  }
+}
+const parallelMs = []
+for (let i = 0; i < 3; i++) parallelMs.push(await concurrent(100))
+const loadAfter = os.loadavg()[0]
+
+const s = { wall: stats(strata.wall), native: stats(strata.native), overhead: stats(strata.overhead) }
+const sp = stats(spawned)
+const line = (label, text) => console.log(`  ${label.padEnd(24)}${text}`)
+const rt = stats(roundTrip)
+const par = stats(parallelMs)
+const n = strata.wall.length
 console.log(
-  `strata-sandbox bench: ${runs} sequential runs of ${tool.join(' ')} each way (node ${process.version}, ` +
-    `${os.cpus().length} cpus, load average ${os.loadavg()[0].toFixed(1)})`,
+  `strata-sandbox bench: ${n} sequential runs of ${tool.join(' ')} each way (${packageDir ?? 'strata-sandbox'}; ` +
+    `node ${process.version}, ${os.cpus().length} cpus, load average ${loadBefore.toFixed(1)} -> ${loadAfter.toFixed(1)})`,
 )
-console.log(`  await sandbox.run()       ${fmt(strata.wall, 'ms')}`)
-console.log(`  Rust Sandbox::run_with    ${fmt(strata.native, 'ms')}`)
-console.log(`  binding overhead/call     ${fmt(strata.overhead, 'us')}   (target <= 30 us)`)
-console.log(`  round trip, no sandbox    ${fmt(roundTrip, 'us')}   (refused inside Rust)`)
-console.log(`  worker ping-pong, hot     ${fmt(hotHops, 'us')}   (two thread hops, for reference)`)
-console.log(`  worker ping-pong, cold    ${fmt(coldHops, 'us')}   (the same after a ${Math.round(strata.native.p50)} ms idle wait)`)
-console.log(
-  `  => binding work beyond the two hops: ${(roundTrip.p50 - hotHops.p50).toFixed(1)} us hot (round trip - hot ping-pong), ` +
-    `${(strata.overhead.p50 - coldHops.p50).toFixed(1)} us per run (overhead - cold ping-pong), p50`,
+line('await sandbox.run()', fmt(s.wall, 'ms'))
+line('Rust Sandbox::run_with', fmt(s.native, 'ms'))
+line('binding overhead/call', `${fmt(s.overhead, 'us')}   (target <= 30 us)`)
+line('round trip, no sandbox', `${fmt(rt, 'us')}   (refused inside Rust: all threads hot)`)
+const mean = (a) => (a.length ? a.reduce((x, y) => x + y, 0) / a.length : NaN)
+const cpuRun = mean(strata.cpu)
+if (!Number.isNaN(cpuRun)) {
+  const perBlockCpu = strata.cpu.map((v) => v.toFixed(0)).join(' ')
+  line('JS-thread CPU per run', `${cpuRun.toFixed(1)} us   (mean; per block: ${perBlockCpu})`)
+}
+let floor = null
+if (hasProbe) {
+  const h = { hopA: stats(hot.hopA), hopB: stats(hot.hopB), beyond: stats(hot.beyond) }
+  const i = { hopA: stats(idle.hopA), hopB: stats(idle.hopB), beyond: stats(idle.beyond) }
+  const idleMs = `${(runUs / 1000).toFixed(1)} ms idle`
+  line('hop 1 JS->pool, hot', fmt(h.hopA, 'us'))
+  line('hop 2 pool->JS, hot', fmt(h.hopB, 'us'))
+  line('probe overhead, hot', `${fmt(h.beyond, 'us')}   (both hops and both ends, nothing in between)`)
+  line('hop 1 JS->pool, idle', `${fmt(i.hopA, 'us')}   (pool thread idle since the last probe)`)
+  line('hop 2 pool->JS, idle', `${fmt(i.hopB, 'us')}   (after ${idleMs}: the floor of a one-hop design)`)
+  line('probe overhead, idle', `${fmt(i.beyond, 'us')}   (after ${idleMs}: the floor of this two-hop design)`)
+  const realHop = stats(strata.hopB)
+  line('hop 2 pool->JS, runs', `${fmt(realHop, 'us')}   (the same hop at the end of the real runs above)`)
+  line('JS-thread CPU, probes', `idle ${mean(idle.cpu).toFixed(1)} us, hot ${mean(hot.cpu).toFixed(1)} us per call (means)`)
+  console.log(
+    `  => a run's overhead beyond the idle probe, p50: ${(s.overhead.p50 - i.beyond.p50).toFixed(1)} us ` +
+      `(hop 2 slowed by the sandbox's teardown: ${(realHop.p50 - i.hopB.p50).toFixed(1)} us; ` +
+      `JS-thread CPU beyond the idle probe's: ${(cpuRun - mean(idle.cpu)).toFixed(1)} us)`,
+  )
+  floor = { hot: h, idle: i, realHop, idleCpu: mean(idle.cpu), hotCpu: mean(hot.cpu) }
+}
+line('child_process.spawn', `${fmt(sp, 'ms')}   (no isolation)`)
+line('ratio sandbox/spawn p50', `${(s.wall.p50 / sp.p50).toFixed(2)}x`)
+line('overhead share, p50', `${((s.overhead.p50 / 1000 / s.wall.p50) * 100).toFixed(3)}% of a run`)
+const perSecond = ((100 / par.p50) * 1000).toFixed(0)
+line(
+  '100 concurrent runs',
+  `${par.p50.toFixed(1)} ms wall, median of 3 (${perSecond} runs/s; ${parallelMs.map((v) => v.toFixed(0)).join(', ')} ms)`,
 )
-console.log(`  child_process.spawn       ${fmt(spawned, 'ms')}   (no isolation)`)
-console.log(`  ratio sandbox/spawn (p50) ${(strata.wall.p50 / spawned.p50).toFixed(2)}x`)
-console.log(`  overhead share of a run   ${((strata.overhead.p50 / 1000 / strata.wall.p50) * 100).toFixed(3)}% (p50)`)
-console.log(`  100 concurrent runs       ${parallelMs.toFixed(1)} ms wall (${((100 / parallelMs) * 1000).toFixed(0)} runs/s)`)
 console.log(
   JSON.stringify({
-    runs,
-    overhead_us_p50: +strata.overhead.p50.toFixed(1),
-    overhead_us_mean: +strata.overhead.mean.toFixed(1),
-    round_trip_us_p50: +roundTrip.p50.toFixed(1),
-    worker_hot_us_p50: +hotHops.p50.toFixed(1),
-    worker_cold_us_p50: +coldHops.p50.toFixed(1),
-    beyond_hops_hot_us: +(roundTrip.p50 - hotHops.p50).toFixed(1),
-    beyond_hops_run_us: +(strata.overhead.p50 - coldHops.p50).toFixed(1),
-    sandbox_ms_p50: +strata.wall.p50.toFixed(3),
-    rust_ms_p50: +strata.native.p50.toFixed(3),
-    spawn_ms_p50: +spawned.p50.toFixed(3),
-    ratio_sandbox_over_spawn: +(strata.wall.p50 / spawned.p50).toFixed(2),
-    concurrent_100_ms: +parallelMs.toFixed(1),
+    runs: n,
+    load: [+loadBefore.toFixed(2), +loadAfter.toFixed(2)],
+    overhead_us_p50: +s.overhead.p50.toFixed(1),
+    overhead_us_p99: +s.overhead.p99.toFixed(1),
+    overhead_us_mean: +s.overhead.mean.toFixed(1),
+    round_trip_us_p50: +rt.p50.toFixed(1),
+    js_cpu_per_run_us: +cpuRun.toFixed(1),
+    ...(floor && {
+      hop_one_hot_us_p50: +floor.hot.hopA.p50.toFixed(1),
+      hop_two_hot_us_p50: +floor.hot.hopB.p50.toFixed(1),
+      probe_hot_us_p50: +floor.hot.beyond.p50.toFixed(1),
+      hop_one_idle_us_p50: +floor.idle.hopA.p50.toFixed(1),
+      hop_two_idle_us_p50: +floor.idle.hopB.p50.toFixed(1),
+      hop_two_idle_us_p99: +floor.idle.hopB.p99.toFixed(1),
+      probe_idle_us_p50: +floor.idle.beyond.p50.toFixed(1),
+      probe_idle_us_p99: +floor.idle.beyond.p99.toFixed(1),
+      hop_two_runs_us_p50: +floor.realHop.p50.toFixed(1),
+      js_cpu_idle_probe_us: +floor.idleCpu.toFixed(1),
+      js_cpu_hot_probe_us: +floor.hotCpu.toFixed(1),
+    }),
+    sandbox_ms_p50: +s.wall.p50.toFixed(3),
+    rust_ms_p50: +s.native.p50.toFixed(3),
+    spawn_ms_p50: +sp.p50.toFixed(3),
+    ratio_sandbox_over_spawn: +(s.wall.p50 / sp.p50).toFixed(2),
+    concurrent_100_ms: +par.p50.toFixed(1),
   }),
 )

@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use napi::bindgen_prelude::{External, FnArgs, JsValuesTupleIntoVec};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use strata::names::{self, Dialect, Field, MountField};
@@ -447,7 +448,9 @@ pub(crate) struct OutputData {
     stdout_truncated: bool,
     stderr_truncated: bool,
     duration_ms: f64,
-    usage: NativeUsage,
+    user_cpu_us: f64,
+    system_cpu_us: f64,
+    peak_memory_bytes: f64,
     receipt: Receipt,
     native_ms: f64,
 }
@@ -479,11 +482,9 @@ impl Finished {
                         stdout_truncated: out.stdout_truncated,
                         stderr_truncated: out.stderr_truncated,
                         duration_ms: out.duration.as_secs_f64() * 1000.0,
-                        usage: NativeUsage {
-                            user_cpu_us: out.usage.user_cpu_us as f64,
-                            system_cpu_us: out.usage.system_cpu_us as f64,
-                            peak_memory_bytes: out.usage.peak_memory_bytes as f64,
-                        },
+                        user_cpu_us: out.usage.user_cpu_us as f64,
+                        system_cpu_us: out.usage.system_cpu_us as f64,
+                        peak_memory_bytes: out.usage.peak_memory_bytes as f64,
                         receipt: out.receipt,
                         native_ms: native.as_secs_f64() * 1000.0,
                     }),
@@ -493,92 +494,79 @@ impl Finished {
         }
     }
 
-    /// The object handed to JavaScript.
-    pub(crate) fn into_outcome(self) -> NativeOutcome {
-        NativeOutcome {
-            error: self.error,
-            output: self.output.map(|o| NativeOutput {
-                exit_code: o.exit_code,
-                signal: o.signal,
-                timed_out: o.timed_out,
-                limit: o.limit,
-                status: o.status,
-                stdout: o.stdout,
-                stderr: o.stderr,
-                stdout_truncated: o.stdout_truncated,
-                stderr_truncated: o.stderr_truncated,
-                duration_ms: o.duration_ms,
-                usage: o.usage,
-                receipt: NativeReceipt { receipt: o.receipt },
-                native_ms: o.native_ms,
-            }),
+    /// The arguments of the run's last callback (see [`DoneArgs`]): plain values, no
+    /// objects, so that JavaScript builds the result itself (a JavaScript object literal
+    /// costs a fraction of an object built property by property through Node-API).
+    pub(crate) fn into_args(self, kind: u32) -> DoneArgs {
+        match (self.output, self.error) {
+            (Some(o), error) => DoneArgs::Ran(Box::new(FnArgs::from((
+                kind,
+                error,
+                o.exit_code,
+                o.signal,
+                o.timed_out,
+                o.limit,
+                o.status,
+                o.stdout,
+                o.stderr,
+                o.stdout_truncated,
+                o.stderr_truncated,
+                o.duration_ms,
+                o.native_ms,
+                o.user_cpu_us,
+                o.system_cpu_us,
+                o.peak_memory_bytes,
+                External::new(o.receipt),
+            )))),
+            (None, error) => DoneArgs::NotRun(FnArgs::from((
+                kind,
+                error.unwrap_or_else(|| {
+                    NativeError::from(&Error::Internal {
+                        message: "the run ended without an outcome".to_string(),
+                        source: None,
+                    })
+                }),
+            ))),
         }
     }
 }
 
-/// How a run ended: an error, an output, or both (a `check`ed run that failed).
-#[napi_derive::napi(object, object_from_js = false)]
-pub struct NativeOutcome {
-    /// Why the run was refused, failed or (with `check`) did not succeed.
-    pub error: Option<NativeError>,
-    /// What the run produced, when it ran.
-    pub output: Option<NativeOutput>,
+/// A run's last callback: `(kind, error)` when the run was refused or failed before the
+/// tool ran; `(kind, error, exitCode, signal, timedOut, limit, status, stdout, stderr,
+/// stdoutTruncated, stderrTruncated, durationMs, nativeMs, userCpuUs, systemCpuUs,
+/// peakMemoryBytes, receipt)` when it ran, `error` then set only when (with `check`) it did
+/// not succeed. `receipt` is the receipt kept in Rust until JavaScript reads it with
+/// `receiptJson` (most callers never do).
+pub(crate) enum DoneArgs {
+    NotRun(FnArgs<(u32, NativeError)>),
+    Ran(Box<RanArgs>),
 }
 
-/// A run's receipt, kept in Rust until JavaScript reads it (most callers never do).
-#[napi_derive::napi]
-pub struct NativeReceipt {
-    receipt: Receipt,
-}
+type RanArgs = FnArgs<(
+    u32,
+    Option<NativeError>,
+    Option<i32>,
+    Option<i32>,
+    bool,
+    Option<String>,
+    String,
+    String,
+    String,
+    bool,
+    bool,
+    f64,
+    f64,
+    f64,
+    f64,
+    f64,
+    External<Receipt>,
+)>;
 
-#[napi_derive::napi]
-impl NativeReceipt {
-    /// The receipt as JSON.
-    #[napi]
-    pub fn to_json(&self) -> napi::Result<String> {
-        serde_json::to_string(&self.receipt)
-            .map_err(|e| napi::Error::new(napi::Status::GenericFailure, e.to_string()))
+impl JsValuesTupleIntoVec for DoneArgs {
+    fn into_vec(self, env: napi::sys::napi_env) -> napi::Result<Vec<napi::sys::napi_value>> {
+        match self {
+            DoneArgs::NotRun(args) => args.into_vec(env),
+            DoneArgs::Ran(args) => (*args).into_vec(env),
+        }
     }
-}
-
-/// Resource usage of a run.
-#[napi_derive::napi(object, object_from_js = false)]
-pub struct NativeUsage {
-    /// User CPU time in microseconds.
-    pub user_cpu_us: f64,
-    /// System CPU time in microseconds.
-    pub system_cpu_us: f64,
-    /// Peak memory in bytes.
-    pub peak_memory_bytes: f64,
-}
-
-/// A [`RunOutput`] as JavaScript sees it before `index.js` shapes the public result.
-#[napi_derive::napi(object, object_from_js = false)]
-pub struct NativeOutput {
-    /// Exit code, when the tool exited.
-    pub exit_code: Option<i32>,
-    /// Signal that ended the tool, if any.
-    pub signal: Option<i32>,
-    /// Whether the wall-clock timeout ended the run.
-    pub timed_out: bool,
-    /// The limit that ended the run, if any (`wall`, `memory`, ...).
-    pub limit: Option<String>,
-    /// How the run ended, as text (`exit code 0`, ...).
-    pub status: String,
-    /// Captured standard output, decoded as UTF-8 (invalid bytes become U+FFFD).
-    pub stdout: String,
-    /// Captured standard error, decoded as UTF-8 (invalid bytes become U+FFFD).
-    pub stderr: String,
-    /// Whether stdout was cut at the output limit.
-    pub stdout_truncated: bool,
-    /// Whether stderr was cut at the output limit.
-    pub stderr_truncated: bool,
-    /// Wall time of the sandboxed run in milliseconds.
-    pub duration_ms: f64,
-    /// Measured resource usage.
-    pub usage: NativeUsage,
-    /// The receipt, converted when JavaScript first reads it.
-    pub receipt: NativeReceipt,
-    /// Wall time of the Rust `Sandbox::run_with` call, in milliseconds.
-    pub native_ms: f64,
 }

@@ -5,28 +5,35 @@
 //! only converts values and maps errors; every sandbox decision is the `strata` crate's.
 //!
 //! A run never blocks the JavaScript thread: [`NativeSandbox::run`] converts its arguments,
-//! hands the blocking `Sandbox::run_with` call to a thread of a private blocking pool, and
-//! reports back through one threadsafe function per run: output chunks first (when asked
-//! for), then the outcome, in that order.
+//! hands the blocking `Sandbox::run_with` call to a thread of a private blocking pool (hop
+//! one: a futex wake-up, no libuv-pool queue), and that thread reports back through the
+//! JavaScript thread's shared threadsafe function (hop two: `uv_async_send`): output chunks
+//! first (when asked for), then the outcome, in that order.
+//!
+//! Two hops, because everything a run does before the tool starts (the id registry and its
+//! file lock, cgroup directories, spawning the helper) takes a millisecond or more and may
+//! wait, so none of it can run on the JavaScript thread; `bench/overhead.mjs` measures
+//! what each hop costs.
 
 #![deny(missing_docs)]
 
 mod convert;
+mod deliver;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use napi::bindgen_prelude::{Buffer, Either, FnArgs, Function, Unknown};
-use napi::threadsafe_function::{ThreadsafeCallContext, ThreadsafeFunctionCallMode};
+use napi::bindgen_prelude::{Either, External, Function, Unknown};
 use napi::{Env, Status};
 use napi_derive::napi;
 use strata::{
-    BackendKind, BackendReport, CancelToken, Caps, DoctorReport, OutputSink, RunContext, Sandbox,
-    Stream, Strictness,
+    BackendKind, BackendReport, CancelToken, Caps, DoctorReport, OutputSink, Receipt, RunContext,
+    Sandbox, Stream, Strictness,
 };
 
-use crate::convert::{Finished, NativeError, NativeOutcome, NodeCaps, NodeTool};
+use crate::convert::{Finished, NativeError, NodeCaps, NodeTool};
+use crate::deliver::{Event, EventArgs, Reply};
 
 /// Options of [`create_sandbox`]. Every field is optional.
 #[napi(object)]
@@ -70,17 +77,13 @@ pub fn create_sandbox(options: NativeSandboxOptions) -> Either<NativeSandbox, Na
     }
 }
 
-/// Which output a run streams to its callback. Default: none.
-#[napi(object)]
-pub struct RunFlags {
-    /// Send stdout chunks (event kind 0).
-    pub stdout: Option<bool>,
-    /// Send stderr chunks (event kind 1).
-    pub stderr: Option<bool>,
-    /// Report a run that did not exit 0 as an error too (`tool_failed` or
-    /// `limit_exceeded`), with its output. Default: a non-zero exit is data.
-    pub check: Option<bool>,
-}
+/// Bits of [`NativeSandbox::run`]'s `flags`: stream stdout chunks to the callback.
+pub const RUN_STDOUT: u32 = 1;
+/// Stream stderr chunks to the callback.
+pub const RUN_STDERR: u32 = 2;
+/// Report a run that did not exit 0 as an error too (`tool_failed` or `limit_exceeded`),
+/// with its output. Without it a non-zero exit is data.
+pub const RUN_CHECK: u32 = 4;
 
 /// Cancels one run: the sandbox and everything in it is killed and the run ends with the
 /// `cancelled` error. Cancelling after the run ended does nothing.
@@ -118,20 +121,6 @@ impl NativeCancel {
     }
 }
 
-/// What a run reports to its callback, in order.
-enum Event {
-    Chunk(Stream, Vec<u8>),
-    Done(Box<Finished>),
-}
-
-/// The callback's arguments: an event kind and its payload.
-type EventArgs = FnArgs<(u32, Either<Buffer, NativeOutcome>)>;
-
-/// Event kinds as the callback receives them.
-const STDOUT: u32 = 0;
-const STDERR: u32 = 1;
-const DONE: u32 = 2;
-
 #[napi]
 impl NativeSandbox {
     /// The backend choice (`auto`, `process`, ...).
@@ -149,15 +138,16 @@ impl NativeSandbox {
     /// Starts running `tool` with `caps` on a pool thread and returns at once.
     ///
     /// Returns the error when the request cannot be converted (nothing ran); otherwise
-    /// `callback(kind, payload)` gets the stdout (0) and stderr (1) chunks that `flags` asks
-    /// for, as `Buffer`s, and then exactly one `(2, outcome)`.
+    /// `callback` gets the stdout `(0, chunk)` and stderr `(1, chunk)` chunks that `flags`
+    /// asks for ([`RUN_STDOUT`], [`RUN_STDERR`]), as `Buffer`s, and then exactly one
+    /// `(2, error, exitCode, ...)`, whose arguments are listed at `DoneArgs` (convert.rs).
     #[napi]
     pub fn run(
         &self,
         env: Env,
         tool: Unknown<'_>,
         caps: Unknown<'_>,
-        flags: RunFlags,
+        flags: u32,
         cancel: Option<&NativeCancel>,
         callback: Function<'_, EventArgs, ()>,
     ) -> napi::Result<Option<NativeError>> {
@@ -173,26 +163,17 @@ impl NativeSandbox {
             Ok(pool) => pool,
             Err(e) => return Ok(Some((&e).into())),
         };
-        let tsfn = Arc::new(
-            callback
-                .build_threadsafe_function::<Event>()
-                .callee_handled::<false>()
-                .build_callback(|ctx: ThreadsafeCallContext<Event>| Ok(to_js_args(ctx.value)))?,
-        );
-        let (want_stdout, want_stderr) =
-            (flags.stdout.unwrap_or(false), flags.stderr.unwrap_or(false));
+        let reply = Reply::open(&env, &callback)?;
+        let (want_stdout, want_stderr) = (flags & RUN_STDOUT != 0, flags & RUN_STDERR != 0);
         let sink: Option<Arc<dyn OutputSink>> = if want_stdout || want_stderr {
-            let tsfn = Arc::clone(&tsfn);
+            let reply = reply.clone();
             Some(Arc::new(move |stream: Stream, chunk: &[u8]| {
                 let wanted = match stream {
                     Stream::Stdout => want_stdout,
                     Stream::Stderr => want_stderr,
                 };
                 if wanted {
-                    tsfn.call(
-                        Event::Chunk(stream, chunk.to_vec()),
-                        ThreadsafeFunctionCallMode::NonBlocking,
-                    );
+                    reply.send(Event::Chunk(stream, chunk.to_vec()));
                 }
             }))
         } else {
@@ -203,41 +184,72 @@ impl NativeSandbox {
             sink,
             ..RunContext::default()
         };
-        let check = flags.check.unwrap_or(false);
+        let check = flags & RUN_CHECK != 0;
         let sandbox = self.inner.clone();
         pool.spawn_blocking(move || {
-            let start = Instant::now();
-            // A panic must still settle the Promise (and release the callback), or the
-            // event loop would wait for it forever.
-            let result =
-                std::panic::catch_unwind(AssertUnwindSafe(|| sandbox.run_with(&tool, &caps, &ctx)))
-                    .unwrap_or_else(|_| {
-                        Err(strata::Error::Internal {
-                            message: "the run panicked".to_string(),
-                            source: None,
-                        })
-                    });
-            let native = start.elapsed();
-            // The sink holds a reference to the callback; drop it before the last event so
-            // the callback is released as soon as that event is delivered.
+            // A panic must still settle the Promise (and release the callback and the event
+            // loop), or the event loop would wait for it forever.
+            let finished = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let start = Instant::now();
+                let result = sandbox.run_with(&tool, &caps, &ctx);
+                Finished::new(result, start.elapsed(), check)
+            }))
+            .unwrap_or_else(|_| {
+                let panicked = strata::Error::Internal {
+                    message: "the run panicked".to_string(),
+                    source: None,
+                };
+                Finished::new(Err(panicked), Duration::ZERO, check)
+            });
+            // The sink holds a clone of the reply; drop it before the last event so the
+            // callback is released on the JavaScript thread once that event is delivered.
             drop(ctx);
-            let finished = Finished::new(result, native, check);
-            tsfn.call(
-                Event::Done(Box::new(finished)),
-                ThreadsafeFunctionCallMode::NonBlocking,
-            );
+            reply.send(Event::Done(Box::new(finished)));
         });
         Ok(None)
     }
 }
 
-/// The callback's arguments for `event`, on the JavaScript thread.
-fn to_js_args(event: Event) -> EventArgs {
-    FnArgs::from(match event {
-        Event::Chunk(Stream::Stdout, chunk) => (STDOUT, Either::A(Buffer::from(chunk))),
-        Event::Chunk(Stream::Stderr, chunk) => (STDERR, Either::A(Buffer::from(chunk))),
-        Event::Done(finished) => (DONE, Either::B(finished.into_outcome())),
-    })
+/// The receipt a run's last callback carried, as JSON (read when JavaScript first asks).
+#[napi]
+pub fn receipt_json(receipt: &External<Receipt>) -> napi::Result<String> {
+    serde_json::to_string(&**receipt).map_err(|e| napi::Error::new(Status::GenericFailure, e))
+}
+
+/// Benchmark probe for `bench/overhead.mjs`, not part of the package's API: the two hops of
+/// a run around a sleep instead of a sandbox, through the same pool and threadsafe function.
+/// `callback(3, hopAUs, hopBUs, sleptUs)` gets the latency of the hand-off to the pool
+/// (from just before it to the pool thread running), of the way back (from just before the
+/// threadsafe call to the callback running) and how long the pool thread actually slept.
+#[napi]
+pub fn probe_hops(
+    env: Env,
+    sleep_us: u32,
+    callback: Function<'_, EventArgs, ()>,
+) -> napi::Result<()> {
+    let pool = pool().map_err(|e| napi::Error::new(Status::GenericFailure, e.to_string()))?;
+    let reply = Reply::open(&env, &callback)?;
+    let handed = Instant::now();
+    pool.spawn_blocking(move || {
+        let hop_a = handed.elapsed();
+        let asleep = Instant::now();
+        if sleep_us > 0 {
+            std::thread::sleep(Duration::from_micros(u64::from(sleep_us)));
+        }
+        reply.send(Event::Probe {
+            hop_a,
+            slept: asleep.elapsed(),
+        });
+    });
+    Ok(())
+}
+
+/// Benchmark probe for `bench/overhead.mjs`, not part of the package's API: for the last run
+/// that ended on this JavaScript thread, microseconds from its run thread queuing the final
+/// event to the callback being called (the hop back, as `probe_hops` times it).
+#[napi]
+pub fn probe_last_hop_us() -> f64 {
+    deliver::last_hop().as_secs_f64() * 1e6
 }
 
 /// The blocking pool runs go on: threads are reused between runs (no thread start per

@@ -4,14 +4,17 @@
 
 const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
-const { getEventListeners } = require('node:events')
+const { execFileSync } = require('node:child_process')
+const { getEventListeners, once } = require('node:events')
 const fs = require('node:fs')
 const path = require('node:path')
+const { Worker } = require('node:worker_threads')
 
 const { Sandbox, Tool, CancelledError } = require('..')
 const { marker, processesWith, rejection, tempDir } = require('./helpers.js')
 
 const sandbox = new Sandbox()
+const pkg = JSON.stringify(path.join(__dirname, '..'))
 
 /** A run that prints `ready`, then sleeps; every process in it carries `tag` in its env. */
 function sleeper(tag) {
@@ -172,6 +175,48 @@ describe('concurrency and the event loop', () => {
     setImmediate(() => fs.writeFileSync(path.join(dir, 'go'), ''))
     const result = await run
     assert.equal(result.stdout, 'released\n', result.status)
+  })
+
+  test('a run in flight keeps the process alive, which exits by itself once runs end', () => {
+    // Runs share one threadsafe function per thread, referenced only while runs are in
+    // flight: a script whose only pending work is a run waits for it, then exits by itself.
+    const script = `const { Sandbox } = require(${pkg})
+      const s = new Sandbox()
+      s.run(['sh', '-c', 'sleep 0.2; echo late'])
+        .then((r) => { process.stdout.write(r.stdout); return s.run(['true']) })
+        .then(() => process.stdout.write('done\\n'))`
+    const out = execFileSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 60_000 })
+    assert.equal(out, 'late\ndone\n')
+  })
+
+  test('runs work in worker threads, which end by themselves after', async () => {
+    const worker = new Worker(
+      `const { parentPort } = require('node:worker_threads')
+       const { Sandbox } = require(${pkg})
+       const s = new Sandbox()
+       Promise.all([s.run(['echo', 'one']), s.run(['echo', 'two'])])
+         .then((rs) => parentPort.postMessage(rs.map((r) => r.stdout).join('')))`,
+      { eval: true },
+    )
+    const [message] = await once(worker, 'message')
+    assert.equal(message, 'one\ntwo\n')
+    const [code] = await once(worker, 'exit')
+    assert.equal(code, 0)
+  })
+
+  test('a worker terminated while its run is in flight does not take the process down', async () => {
+    const worker = new Worker(
+      `const { parentPort } = require('node:worker_threads')
+       const { Sandbox } = require(${pkg})
+       new Sandbox().run(['sleep', '0.3'], {}, { onStdout: () => {} })
+       parentPort.postMessage('started')`,
+      { eval: true },
+    )
+    await once(worker, 'message')
+    await worker.terminate()
+    // The run ends after its thread is gone: its events are dropped, and runs here go on.
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    assert.equal((await sandbox.run(['echo', 'still here'])).stdout, 'still here\n')
   })
 
   test('run returns a pending promise at once', () => {
