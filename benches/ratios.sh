@@ -56,9 +56,9 @@ rows = [
     ("Python, default Sandbox().run vs subprocess.run",
      grab("python", r"sandboxed run / subprocess.run\s+([\d.]+) x") + "x", "<= 2.5x"),
     ("Node, sandbox.run vs child_process.spawn",
-     grab("node", r"sandbox\.run / spawn[^\d]*([\d.]+)x") + "x", "-"),
+     grab("node", r"ratio sandbox/spawn p50\s+([\d.]+)x") + "x", "-"),
     ("Node, per-call overhead beyond the run (p50)",
-     grab("node", r"overhead[^\n]*p50 ([\d.]+) us") + " us", "<= 30 us"),
+     grab("node", r"binding overhead/call\s+p50 ([\d.]+) us") + " us", "<= 30 us"),
 ]
 print("\n| comparison (same run) | result | target |")
 print("|---|---|---|")
