@@ -42,9 +42,9 @@ pub use sandbox_core::{
     BackendKind, BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,
     ContainerRuntime, ContainerSpec, Denial, DoctorReport, EndReason, Enforcement, Error,
     ErrorKind, ExitStatus, Gap, IdentityReceipt, IdentitySource, LandlockStatus, LimitKind, Limits,
-    Mount, MountRole, MountSpec, Net, NetRule, OutputSink, Receipt, ResourceUsage, Result,
-    RunContext, RunOutput, RunSpec, ScriptLanguage, SetupStage, Stream, Strictness, SystemDirs,
-    Tool, TrapKind, RUN_SPEC_VERSION, STDIN_BUFFER,
+    Mechanism, Mount, MountRole, MountSpec, Net, NetRule, OutputSink, Receipt, ResourceUsage,
+    Result, RunContext, RunOutput, RunSpec, ScriptLanguage, SetupStage, Stream, Strictness,
+    SystemDirs, Tool, TrapKind, RUN_SPEC_VERSION, STDIN_BUFFER,
 };
 /// The names of every caps field in each dialect, and the generated JSON Schemas.
 pub use sandbox_core::{names, schema};

@@ -194,6 +194,27 @@ fn receipt_names_the_mechanisms() {
     assert!(r.has(C::Syscalls, "seccomp"));
     assert!(r.has(C::Privileges, "user namespace"));
     assert!(r.gaps.is_empty(), "strict runs have no gaps: {r}");
+    // The same, typed: the family of each mechanism, no names matched.
+    use strata::Mechanism as M;
+    for (capability, kind) in [
+        (C::Fs, M::Landlock),
+        (C::Fs, M::Namespace),
+        (C::Fs, M::Mounts),
+        (C::Net, M::Namespace),
+        (C::Syscalls, M::Seccomp),
+        (C::Fds, M::Descriptors),
+        (C::Wall, M::Supervisor),
+        (C::Output, M::Host),
+        (C::Disk, M::Tmpfs),
+        (C::FileSize, M::Rlimit),
+    ] {
+        assert!(r.has_kind(capability, kind), "{capability} by {kind:?}: {r}");
+    }
+    if is_root() {
+        assert!(r.has_kind(C::Memory, M::Cgroup), "{r}");
+        assert!(r.has_kind(C::Pids, M::Cgroup), "{r}");
+    }
+    assert!(!r.has_kind(C::Net, M::Wasm));
 }
 
 #[test]

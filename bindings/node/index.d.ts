@@ -325,6 +325,25 @@ export type Capability =
   | 'open_files'
   | 'lifetime'
 
+/** The family of mechanism behind an enforced guarantee (`mechanism` names the exact one). */
+export type Mechanism =
+  | 'namespace'
+  | 'landlock'
+  | 'seccomp'
+  | 'mounts'
+  | 'sysctl'
+  | 'privileges'
+  | 'environment'
+  | 'descriptors'
+  | 'supervisor'
+  | 'cgroup'
+  | 'rlimit'
+  | 'host'
+  | 'tmpfs'
+  | 'image'
+  | 'runtime'
+  | 'wasm'
+
 /** What was enforced for one run, per capability and mechanism. */
 export interface Receipt {
   /** The backend that ran the tool (the outermost layer). */
@@ -333,8 +352,8 @@ export interface Receipt {
   layers: BackendKind[]
   /** The strictness the run used. */
   strictness: Strictness
-  /** Every guarantee in force, e.g. `{ capability: 'fs', mechanism: 'landlock ABI 7', detail: '...' }`. */
-  enforced: { capability: Capability; mechanism: string; detail: string }[]
+  /** Every guarantee in force, e.g. `{ capability: 'fs', kind: 'landlock', mechanism: 'landlock ABI 7', detail: '...' }`. */
+  enforced: { capability: Capability; kind: Mechanism; mechanism: string; detail: string }[]
   /** Guarantees asked for but not enforced (only when not strict). */
   gaps: { capability: Capability; reason: string }[]
   /** Denials and limit hits observed during the run. */

@@ -30,8 +30,8 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use sandbox_core::{
     BackendKind, Capability, Caps, ContainerReceipt, ContainerRuntime, ContainerSpec, Error,
-    ExitStatus, LimitKind, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput, Stream,
-    Tool, STDIN_BUFFER,
+    ExitStatus, LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput,
+    Stream, Tool, STDIN_BUFFER,
 };
 use sandbox_os::backend_api::protocol::{MountRole, MountSpec};
 use sandbox_os::backend_api::{plan, NonBlocking};
@@ -838,6 +838,7 @@ fn receipt(
         .collect();
     r.enforce(
         Capability::Fs,
+        Mechanism::Mounts,
         format!("{engine} --read-only root + bind mounts"),
         format!(
             "image {image_id}; mounts: {}; workdir {}",
@@ -852,6 +853,7 @@ fn receipt(
     sandbox_os::backend_api::host_executed_receipt(&mut r, binds, caps.protect_host_executed);
     r.enforce(
         Capability::Disk,
+        Mechanism::Tmpfs,
         format!("{engine} --tmpfs /tmp"),
         format!("{} noexec,nosuid,nodev", limits.disk),
     );
@@ -862,65 +864,76 @@ fn receipt(
         ),
         _ => r.enforce(
             Capability::Net,
+            Mechanism::Namespace,
             format!("{engine} --network none"),
             "loopback only",
         ),
     }
     r.enforce(
         Capability::Env,
+        Mechanism::Environment,
         "explicit environment",
         "host environment not inherited; the image's Env plus the caps' env",
     );
     r.enforce(
         Capability::Privileges,
+        Mechanism::Privileges,
         format!("{engine} --cap-drop ALL + no-new-privileges"),
         format!("user {user} (never root)"),
     );
     if runtime == ContainerRuntime::Runsc {
         r.enforce(
             Capability::Syscalls,
+            Mechanism::Runtime,
             "gVisor runsc",
             "system calls served by gVisor's user-space kernel",
         );
     } else {
         r.enforce(
-            Capability::Syscalls,
+            Capability::Syscalls, Mechanism::Seccomp,
             format!("{engine} with Strata's seccomp profile"),
             "the process sandbox's allowlist: dangerous syscalls EPERM, unknown ones ENOSYS; set-id modes, device nodes and nested namespaces refused",
         );
     }
     r.enforce(
         Capability::Processes,
+        Mechanism::Namespace,
         format!("{engine} pid namespace"),
         "host processes invisible",
     );
     r.enforce(
         Capability::Ipc,
+        Mechanism::Namespace,
         format!("{engine} --ipc private"),
         "private SysV IPC",
     );
     r.enforce(
         Capability::Memory,
+        Mechanism::Cgroup,
         format!("{engine} --memory (no swap)"),
         limits.memory.to_string(),
     );
     r.enforce(
         Capability::Pids,
+        Mechanism::Cgroup,
         format!("{engine} --pids-limit"),
         limits.processes.to_string(),
     );
     r.enforce(
         Capability::Cpu,
+        Mechanism::Cgroup,
         format!("{engine} --cpus + RLIMIT_CPU ulimit"),
         format!("{} core(s); {:?} per process", limits.cpus, limits.cpu_time),
     );
     r.enforce(
         Capability::Wall,
+        Mechanism::Supervisor,
         "host-side deadline + docker kill",
         format!("{:?}", limits.timeout),
     );
     r.enforce(
         Capability::Output,
+        Mechanism::Host,
         "host-side cap on the attach stream",
         format!(
             "{} per stream; the container is killed past it",
@@ -929,16 +942,19 @@ fn receipt(
     );
     r.enforce(
         Capability::FileSize,
+        Mechanism::Rlimit,
         "RLIMIT_FSIZE ulimit",
         limits.file_size.to_string(),
     );
     r.enforce(
         Capability::OpenFiles,
+        Mechanism::Rlimit,
         "RLIMIT_NOFILE ulimit",
         limits.open_files.to_string(),
     );
     r.enforce(
         Capability::Lifetime,
+        Mechanism::Supervisor,
         format!("{engine} rm --force"),
         "the container is removed after the run, on error and on cancellation",
     );

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use sandbox_core::{
-    BackendKind, Capability, Caps, ContainerReceipt, ContainerSpec, Error, Result, RunContext,
-    RunOutput, SystemDirs, Tool,
+    BackendKind, Capability, Caps, ContainerReceipt, ContainerSpec, Error, Mechanism, Result,
+    RunContext, RunOutput, SystemDirs, Tool,
 };
 use sandbox_os::backend_api::protocol::{Command, ImageRootSpec, Spec};
 use sandbox_os::backend_api::{self, plan};
@@ -231,6 +231,7 @@ pub fn run(
     };
     receipt.enforce(
         Capability::Fs,
+        Mechanism::Image,
         "OCI image root (overlayfs)",
         format!(
             "{} {} as the read-only lower layer; {layer}; the image's /dev, /proc and /tmp covered",
@@ -251,6 +252,7 @@ pub fn run(
     );
     receipt.enforce(
         Capability::Privileges,
+        Mechanism::Image,
         "image user",
         format!(
             "uid {} gid {} (image User {:?}) mapped to {host}",

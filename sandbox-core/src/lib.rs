@@ -42,7 +42,9 @@ pub use grant::{
     EntryKind, HostExecuted, HostExecutedPlan, HostLookup, ResolvedGrant, HOST_EXECUTED,
 };
 pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput, TrapKind};
-pub use receipt::{Capability, Denial, Enforcement, Gap, IdentityReceipt, IdentitySource, Receipt};
+pub use receipt::{
+    Capability, Denial, Enforcement, Gap, IdentityReceipt, IdentitySource, Mechanism, Receipt,
+};
 pub use report::{EndReason, LandlockStatus, SetupStage};
 pub use size::ByteSize;
 pub use spec::{MountRole, MountSpec, RunSpec, RUN_SPEC_VERSION};

@@ -90,15 +90,19 @@ impl Receipt {
         }
     }
 
-    /// Records an enforced guarantee.
+    /// Records an enforced guarantee: what it protects, the family of mechanism (for
+    /// programs), the mechanism as people read it (e.g. `"landlock ABI 7"`) and its
+    /// parameters.
     pub fn enforce(
         &mut self,
         capability: Capability,
+        kind: Mechanism,
         mechanism: impl Into<String>,
         detail: impl Into<String>,
     ) {
         self.enforced.push(Enforcement {
             capability,
+            kind,
             mechanism: mechanism.into(),
             detail: detail.into(),
         });
@@ -131,6 +135,11 @@ impl Receipt {
     pub fn has(&self, capability: Capability, mechanism: &str) -> bool {
         self.enforced_for(capability)
             .any(|e| e.mechanism.contains(mechanism))
+    }
+
+    /// Whether `capability` is enforced by a mechanism of the family `kind`.
+    pub fn has_kind(&self, capability: Capability, kind: Mechanism) -> bool {
+        self.enforced_for(capability).any(|e| e.kind == kind)
     }
 }
 
@@ -185,10 +194,76 @@ impl fmt::Display for Receipt {
 pub struct Enforcement {
     /// What it protects.
     pub capability: Capability,
+    /// The family of mechanism, for programs that check a receipt.
+    pub kind: Mechanism,
     /// How (e.g. `"landlock ABI 7"`, `"empty netns"`, `"cgroup v1 memory"`).
     pub mechanism: String,
     /// Parameters (paths, values).
     pub detail: String,
+}
+
+/// The family of mechanism behind an [`Enforcement`]; [`Enforcement::mechanism`] names
+/// the exact one for people.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Mechanism {
+    /// A Linux namespace (user, mount with `pivot_root`, pid, network, IPC, UTS, cgroup).
+    Namespace,
+    /// Landlock rules or scopes.
+    Landlock,
+    /// A seccomp filter (Strata's own, or its profile handed to a container engine).
+    Seccomp,
+    /// Bind mounts and their flags (read-only, nosuid, nodev), or a read-only root.
+    Mounts,
+    /// A kernel setting of the sandbox (`vm.memfd_noexec`).
+    Sysctl,
+    /// Capabilities dropped, `no_new_privs`, the tool's identity.
+    Privileges,
+    /// An explicit environment: nothing inherited from the host.
+    Environment,
+    /// File descriptors closed before the tool runs.
+    Descriptors,
+    /// A supervising process: deadlines, killing every process of the run at its end.
+    Supervisor,
+    /// A cgroup limit or counter.
+    Cgroup,
+    /// A per-process resource limit (`setrlimit`, ulimits).
+    Rlimit,
+    /// Enforced on the host side of the run (output caps, metered writes).
+    Host,
+    /// A size-capped tmpfs.
+    Tmpfs,
+    /// An OCI image as the root file system, and its user.
+    Image,
+    /// A container runtime with its own kernel (gVisor `runsc`).
+    Runtime,
+    /// The WebAssembly runtime: wasmtime's limits, fuel, epochs and WASI's capabilities.
+    Wasm,
+}
+
+impl Mechanism {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mechanism::Namespace => "namespace",
+            Mechanism::Landlock => "landlock",
+            Mechanism::Seccomp => "seccomp",
+            Mechanism::Mounts => "mounts",
+            Mechanism::Sysctl => "sysctl",
+            Mechanism::Privileges => "privileges",
+            Mechanism::Environment => "environment",
+            Mechanism::Descriptors => "descriptors",
+            Mechanism::Supervisor => "supervisor",
+            Mechanism::Cgroup => "cgroup",
+            Mechanism::Rlimit => "rlimit",
+            Mechanism::Host => "host",
+            Mechanism::Tmpfs => "tmpfs",
+            Mechanism::Image => "image",
+            Mechanism::Runtime => "runtime",
+            Mechanism::Wasm => "wasm",
+        }
+    }
 }
 
 /// A guarantee that was not enforced.

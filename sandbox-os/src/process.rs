@@ -6,8 +6,8 @@ use std::sync::{Arc, OnceLock};
 
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Error, ExitStatus, IdentityReceipt,
-    IdentitySource, LimitKind, Receipt, ResourceUsage, Result, RunContext, RunOutput, RunSpec,
-    Strictness, Tool,
+    IdentitySource, LimitKind, Mechanism, Receipt, ResourceUsage, Result, RunContext, RunOutput,
+    RunSpec, Strictness, Tool,
 };
 
 use crate::identity::{HostIds, IdRange, Registry};
@@ -694,6 +694,7 @@ fn finish(
     if stats.cpu_us.is_some() {
         receipt.enforce(
             Capability::Cpu,
+            Mechanism::Cgroup,
             "cgroup cpu accounting",
             format!(
                 "{:?} for the whole sandbox, checked every 100 ms",
@@ -866,7 +867,7 @@ pub fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], protect: boo
         .map(|m| m.target.display().to_string())
         .collect();
     r.enforce(
-        Capability::Fs,
+        Capability::Fs, Mechanism::Mounts,
         "read-only binds over writable grants",
         if protected.is_empty() {
             "host-executed paths read-only: none present; a tool can still create one where none existed".to_string()
@@ -927,6 +928,7 @@ fn receipt(
     let rw = list(true);
     r.enforce(
         Capability::Fs,
+        Mechanism::Namespace,
         "mount namespace + pivot_root",
         format!(
             "ro: {}; rw: {}; private /tmp, /dev (null, zero, full, random, urandom), /proc",
@@ -942,6 +944,7 @@ fn receipt(
         status => {
             r.enforce(
                 Capability::Fs,
+                Mechanism::Landlock,
                 format!("landlock ABI {}", enforced.landlock_abi),
                 status.describe(),
             );
@@ -957,7 +960,7 @@ fn receipt(
         }
     }
     r.enforce(
-        Capability::Fs,
+        Capability::Fs, Mechanism::Mounts,
         "recursive read-only, nosuid, nodev bind mounts",
         "read-only grants cannot be written, truncated, chmodded, renamed or linked; grants resolved on the host without following symlinks (unless a grant asked) and opened with RESOLVE_NO_SYMLINKS",
     );
@@ -965,12 +968,18 @@ fn receipt(
     if enforced.memfd_noexec {
         r.enforce(
             Capability::Fs,
+            Mechanism::Sysctl,
             "vm.memfd_noexec=2",
             "fileless exec from memfd refused",
         );
     }
     match enforced.net {
-        NetMode::Isolated => r.enforce(Capability::Net, "empty network namespace", "loopback only"),
+        NetMode::Isolated => r.enforce(
+            Capability::Net,
+            Mechanism::Namespace,
+            "empty network namespace",
+            "loopback only",
+        ),
         NetMode::Host => r.gap(
             Capability::Net,
             "host network shared (net: host, unrestricted by request)",
@@ -983,6 +992,7 @@ fn receipt(
         .collect();
     r.enforce(
         Capability::Env,
+        Mechanism::Environment,
         "explicit environment",
         format!("host environment not inherited; set: {}", keys.join(",")),
     );
@@ -992,24 +1002,33 @@ fn receipt(
     }
     r.enforce(
         Capability::Processes,
+        Mechanism::Namespace,
         processes,
         "host processes invisible and unsignalable; ptrace denied",
     );
     r.enforce(
         Capability::Ipc,
+        Mechanism::Namespace,
         "ipc namespace",
         "private SysV IPC and POSIX queues",
     );
     if enforced.landlock_scoped {
         r.enforce(
             Capability::Ipc,
+            Mechanism::Landlock,
             "landlock abstract-socket scope",
             "host abstract unix sockets unreachable",
         );
     }
-    r.enforce(Capability::Uts, "uts namespace", "hostname strata");
+    r.enforce(
+        Capability::Uts,
+        Mechanism::Namespace,
+        "uts namespace",
+        "hostname strata",
+    );
     r.enforce(
         Capability::Syscalls,
+        Mechanism::Seccomp,
         "seccomp-bpf",
         format!(
             "x86_64 only (other ABIs killed); {} allowed, {} denied with EPERM, others ENOSYS",
@@ -1028,7 +1047,7 @@ fn receipt(
         )
     };
     r.enforce(
-        Capability::Privileges,
+        Capability::Privileges, Mechanism::Namespace,
         "user namespace",
         format!(
             "uid {uid} gid {gid} inside = host uid {host_uid} gid {host_gid}; {caps_state}; no_new_privs; securebits locked"
@@ -1036,16 +1055,19 @@ fn receipt(
     );
     r.enforce(
         Capability::Privileges,
+        Mechanism::Seccomp,
         "seccomp mode rules + nosuid mounts",
         "no setuid/setgid files, device nodes or file capabilities can be created",
     );
     r.enforce(
         Capability::Fds,
+        Mechanism::Descriptors,
         "close_range",
         "only stdin, stdout, stderr inherited",
     );
     r.enforce(
         Capability::Lifetime,
+        Mechanism::Supervisor,
         "pid namespace init + parent-death signal",
         "every process ends with the run, or when the embedding process dies",
     );
@@ -1053,17 +1075,20 @@ fn receipt(
         let name = pre.cgroup_name;
         r.enforce(
             Capability::Memory,
+            Mechanism::Cgroup,
             format!("{name} memory"),
             sandbox_core::ByteSize(applied.memory_bytes).to_string(),
         );
         r.enforce(
             Capability::Pids,
+            Mechanism::Cgroup,
             format!("{name} pids"),
             applied.pids.to_string(),
         );
         if let Some(cpus) = applied.cpus() {
             r.enforce(
                 Capability::Cpu,
+                Mechanism::Cgroup,
                 "cgroup cpu quota",
                 format!("{cpus} core(s) of bandwidth"),
             );
@@ -1073,6 +1098,7 @@ fn receipt(
         if let Some(bytes) = rlimit(enforced, Rlimit::As) {
             r.enforce(
                 Capability::Memory,
+                Mechanism::Rlimit,
                 "RLIMIT_AS (no writable cgroup)",
                 format!(
                     "{} per process, not for the run",
@@ -1083,6 +1109,7 @@ fn receipt(
         if let Some(n) = rlimit(enforced, Rlimit::Nproc) {
             r.enforce(
                 Capability::Pids,
+                Mechanism::Rlimit,
                 "RLIMIT_NPROC (no writable cgroup)",
                 format!("{n} processes of the tool's host uid, not for the run"),
             );
@@ -1091,6 +1118,7 @@ fn receipt(
     if let (true, Some(bytes)) = (spec.cgroup_limits, rlimit(enforced, Rlimit::As)) {
         r.enforce(
             Capability::Memory,
+            Mechanism::Rlimit,
             "RLIMIT_AS",
             sandbox_core::ByteSize(bytes).to_string(),
         );
@@ -1098,12 +1126,14 @@ fn receipt(
     if let Some(secs) = rlimit(enforced, Rlimit::Cpu) {
         r.enforce(
             Capability::Cpu,
+            Mechanism::Rlimit,
             "RLIMIT_CPU",
             format!("{secs}s per process"),
         );
     }
     r.enforce(
         Capability::Wall,
+        Mechanism::Supervisor,
         "helper deadline",
         format!(
             "{:?}; kills the whole pid namespace",
@@ -1112,6 +1142,7 @@ fn receipt(
     );
     r.enforce(
         Capability::Output,
+        Mechanism::Host,
         "host-side cap",
         format!(
             "{} per stream; the run is killed past it",
@@ -1120,6 +1151,7 @@ fn receipt(
     );
     r.enforce(
         Capability::Disk,
+        Mechanism::Tmpfs,
         "tmpfs size",
         format!(
             "{} shared by /tmp, /dev/shm and the workdir",
@@ -1129,12 +1161,18 @@ fn receipt(
     if let Some(bytes) = rlimit(enforced, Rlimit::Fsize) {
         r.enforce(
             Capability::FileSize,
+            Mechanism::Rlimit,
             "RLIMIT_FSIZE",
             sandbox_core::ByteSize(bytes).to_string(),
         );
     }
     if let Some(n) = rlimit(enforced, Rlimit::Nofile) {
-        r.enforce(Capability::OpenFiles, "RLIMIT_NOFILE", n.to_string());
+        r.enforce(
+            Capability::OpenFiles,
+            Mechanism::Rlimit,
+            "RLIMIT_NOFILE",
+            n.to_string(),
+        );
     }
     for (capability, reason) in &pre.gaps {
         r.gap(*capability, reason.clone());

@@ -2,7 +2,9 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use sandbox_core::{Access, Capability, Caps, ExitStatus, LimitKind, Receipt, Strictness};
+use sandbox_core::{
+    Access, Capability, Caps, ExitStatus, LimitKind, Mechanism, Receipt, Strictness,
+};
 
 use crate::exec::{End, Finished};
 use crate::plan::{NetPlan, Plan};
@@ -107,7 +109,7 @@ pub(crate) fn enforced(
     let mut r = Receipt::new(sandbox_core::BackendKind::Wasm, strictness);
     let limits = &caps.limits;
     r.enforce(
-        Capability::Fs,
+        Capability::Fs, Mechanism::Wasm,
         "WASI preopens",
         format!(
             "ro: {}; rw: {}; nothing else of the host is reachable; paths resolve beneath each preopen (no `..`, absolute or symlink escapes)",
@@ -116,7 +118,7 @@ pub(crate) fn enforced(
         ),
     );
     r.enforce(
-        Capability::Fs,
+        Capability::Fs, Mechanism::Wasm,
         "wasmtime-wasi read-only permissions",
         "read-only preopens refuse write, truncate, create, rename, link, unlink and set-times; preopens resolved without following symlinks (unless a mount asked) and opened with RESOLVE_NO_SYMLINKS",
     );
@@ -125,21 +127,21 @@ pub(crate) fn enforced(
         r.gap(Capability::Fs, HOST_EXECUTED_WRITABLE);
     } else if writable && !plan.gaps.iter().any(|(c, _)| *c == Capability::Fs) {
         r.enforce(
-            Capability::Fs,
+            Capability::Fs, Mechanism::Wasm,
             "planning check",
             "host-executed paths (.git/hooks, .envrc, ...): none present in the writable preopens; a tool can still create one where none existed",
         );
     }
     match &plan.net {
         NetPlan::None => r.enforce(
-            Capability::Net,
+            Capability::Net, Mechanism::Wasm,
             "no sockets (WASI sockets disabled)",
             "preview 1 has no socket creation; preview 2 TCP, UDP and name lookup are refused",
         ),
         NetPlan::Allow(list) => {
             let addrs: Vec<String> = list.iter().map(|(ip, p)| format!("{ip}:{p}")).collect();
             r.enforce(
-                Capability::Net,
+                Capability::Net, Mechanism::Wasm,
                 "WASI socket address check",
                 format!(
                     "TCP connect only to: {}; no listening, UDP or name lookup",
@@ -159,6 +161,7 @@ pub(crate) fn enforced(
     let keys: Vec<&str> = plan.env.iter().map(|(k, _)| k.as_str()).collect();
     r.enforce(
         Capability::Env,
+        Mechanism::Environment,
         "explicit WASI environment",
         format!(
             "host environment not inherited; set: {}",
@@ -171,11 +174,13 @@ pub(crate) fn enforced(
     );
     r.enforce(
         Capability::Processes,
+        Mechanism::Wasm,
         "single wasm instance",
         "WASI has no fork, exec, signals or ptrace; host processes are unreachable",
     );
     r.enforce(
         Capability::Pids,
+        Mechanism::Wasm,
         "single wasm instance",
         format!(
             "no process or thread creation (wasm threads disabled); limit {} trivially held",
@@ -184,21 +189,25 @@ pub(crate) fn enforced(
     );
     r.enforce(
         Capability::Ipc,
+        Mechanism::Wasm,
         "no shared memory",
         "shared memories and wasm threads disabled; no host IPC objects",
     );
     r.enforce(
         Capability::Syscalls,
+        Mechanism::Wasm,
         "WASI imports only",
         "no system calls: the module reaches the host only through the WASI functions linked in",
     );
     r.enforce(
         Capability::Fds,
+        Mechanism::Wasm,
         "WASI descriptor table",
         "only stdin, stdout, stderr and the preopens",
     );
     r.enforce(
         Capability::Memory,
+        Mechanism::Wasm,
         "wasmtime ResourceLimiter",
         format!(
             "{} across linear memories and tables; bounds-checked accesses with guard pages",
@@ -208,24 +217,28 @@ pub(crate) fn enforced(
     if facts.pooling {
         r.enforce(
             Capability::Memory,
+            Mechanism::Wasm,
             "pooling allocator",
             "memory and tables reset between runs; no instance sees another's memory",
         );
     }
     r.enforce(
         Capability::Cpu,
+        Mechanism::Wasm,
         "epoch interruption + thread CPU clock",
         format!("{:?}", limits.cpu_time),
     );
     if let Some(fuel) = facts.fuel {
         r.enforce(
             Capability::Cpu,
+            Mechanism::Wasm,
             "fuel",
             format!("{fuel} units (deterministic instruction budget)"),
         );
     }
     r.enforce(
         Capability::Wall,
+        Mechanism::Wasm,
         "epoch deadline + async timeout",
         format!(
             "{:?}; interrupts running code and blocking WASI calls",
@@ -234,26 +247,31 @@ pub(crate) fn enforced(
     );
     r.enforce(
         Capability::Output,
+        Mechanism::Host,
         "host-side capture",
         format!("{} per stream; the run is ended past it", limits.output),
     );
     r.enforce(
         Capability::Disk,
+        Mechanism::Host,
         "metered WASI writes",
         format!("{} written into read-write preopens", limits.disk),
     );
     r.enforce(
         Capability::FileSize,
+        Mechanism::Host,
         "metered WASI writes",
         limits.file_size.to_string(),
     );
     r.enforce(
         Capability::OpenFiles,
+        Mechanism::Wasm,
         "wasmtime ResourceTable capacity",
         format!("{} descriptors, streams and pollables", limits.open_files),
     );
     r.enforce(
         Capability::Lifetime,
+        Mechanism::Wasm,
         "store dropped at the end of the run",
         "nothing the module started outlives the run",
     );

@@ -197,7 +197,8 @@ impl PyReceipt {
         }
     }
 
-    /// Every guarantee in force: dicts `{"capability", "mechanism", "detail"}`.
+    /// Every guarantee in force: dicts `{"capability", "kind", "mechanism", "detail"}`, where
+    /// `kind` is the family of mechanism (`"landlock"`, `"seccomp"`, `"cgroup"`, ...).
     #[getter]
     fn enforced<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         json_to_py(py, &serialize(py, &self.receipt.enforced)?)
@@ -236,6 +237,16 @@ impl PyReceipt {
         let capability: Capability = serde_json::from_value(Value::String(capability.into()))
             .map_err(|e| invalid(py, format!("unknown capability {capability:?}: {e}")))?;
         Ok(self.receipt.has(capability, mechanism))
+    }
+
+    /// Whether `capability` is enforced by a mechanism of the family `kind` (e.g.
+    /// `has_kind("fs", "landlock")`): the typed check, with no matching of names.
+    fn has_kind(&self, py: Python<'_>, capability: &str, kind: &str) -> PyResult<bool> {
+        let capability: Capability = serde_json::from_value(Value::String(capability.into()))
+            .map_err(|e| invalid(py, format!("unknown capability {capability:?}: {e}")))?;
+        let kind: strata::Mechanism = serde_json::from_value(Value::String(kind.into()))
+            .map_err(|e| invalid(py, format!("unknown mechanism kind {kind:?}: {e}")))?;
+        Ok(self.receipt.has_kind(capability, kind))
     }
 
     /// The receipt as a dict (the `receipt` object of the CLI's JSON).

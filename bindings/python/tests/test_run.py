@@ -185,7 +185,16 @@ def test_receipt_and_to_dict(sb: strata.Sandbox) -> None:
     assert receipt.layers == ["process"]
     assert receipt.strictness == "strict"
     assert receipt.gaps == []
-    assert receipt.enforced and set(receipt.enforced[0]) == {"capability", "mechanism", "detail"}
+    assert receipt.enforced and set(receipt.enforced[0]) == {
+        "capability",
+        "kind",
+        "mechanism",
+        "detail",
+    }
+    assert receipt.has_kind("syscalls", "seccomp") and receipt.has_kind("fs", "landlock")
+    assert not receipt.has_kind("net", "wasm")
+    with pytest.raises(strata.InvalidRequestError):
+        receipt.has_kind("fs", "magic")
     capabilities = {e["capability"] for e in receipt.enforced}
     assert {"fs", "net", "env"} <= capabilities
     assert receipt.has("net", "netns") or receipt.has("net", "namespace")

@@ -68,6 +68,24 @@ _Capability = Literal[
     "lifetime",
 ]
 _IdentitySource = Literal["agent", "fresh", "embedder"]
+_Mechanism = Literal[
+    "namespace",
+    "landlock",
+    "seccomp",
+    "mounts",
+    "sysctl",
+    "privileges",
+    "environment",
+    "descriptors",
+    "supervisor",
+    "cgroup",
+    "rlimit",
+    "host",
+    "tmpfs",
+    "image",
+    "runtime",
+    "wasm",
+]
 
 class SandboxError(Exception):
     """Base class of every Strata error; ``code`` is the stable error code."""
@@ -220,6 +238,7 @@ class Receipt:
     def strictness(self) -> _Strictness: ...
     @property
     def enforced(self) -> List[Dict[str, str]]: ...
+    def has_kind(self, capability: str, kind: _Mechanism) -> bool: ...
     @property
     def gaps(self) -> List[Dict[str, str]]: ...
     @property
