@@ -208,7 +208,10 @@ fn receipt_names_the_mechanisms() {
         (C::Disk, M::Tmpfs),
         (C::FileSize, M::Rlimit),
     ] {
-        assert!(r.has_kind(capability, kind), "{capability} by {kind:?}: {r}");
+        assert!(
+            r.has_kind(capability, kind),
+            "{capability} by {kind:?}: {r}"
+        );
     }
     if is_root() {
         assert!(r.has_kind(C::Memory, M::Cgroup), "{r}");
