@@ -119,6 +119,11 @@ impl HostProbe {
                 Err(_) => true,
             });
         if let Some(stored) = stored {
+            // What probing would also have done: sweep the empty run cgroups of embedders
+            // that no longer exist (a SIGKILLed CLI cannot remove its own).
+            if let Ok(layout) = &stored.cgroup {
+                crate::cgroup_cleanup::sweep_stale(&layout.bases());
+            }
             return HostProbe {
                 landlock_abi: stored.landlock_abi,
                 seccomp: stored.seccomp,
