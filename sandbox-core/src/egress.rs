@@ -169,11 +169,8 @@ fn mask(addr: IpAddr, prefix: u8) -> u128 {
     } else {
         (1u128 << width) - 1
     };
-    if prefix == 0 {
-        0
-    } else {
-        all & !(all >> prefix)
-    }
+    // `checked_shr`: a plain `>> 128` would be an overflow (masked to `>> 0` in release).
+    all & !all.checked_shr(prefix).unwrap_or(0)
 }
 
 /// An address range that is never reachable through a name, and through an IP or CIDR rule
@@ -742,5 +739,503 @@ fn full(addr: IpAddr) -> u8 {
         32
     } else {
         128
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caps::Net;
+    use crate::ErrorKind;
+
+    fn policy(rules: &str) -> EgressPolicy {
+        let net: Net = format!("allow:{rules}").parse().expect("rules parse");
+        let Net::Allow(rules) = net else {
+            panic!("not an allowlist")
+        };
+        EgressPolicy::new(&rules).expect("rules compile")
+    }
+
+    fn refused(rule: &str) -> String {
+        let err = rule.parse::<NetRule>().expect_err(rule);
+        assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{rule}");
+        let text = err.to_string();
+        assert!(text.contains("invalid network rule"), "{text}");
+        text
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("test address")
+    }
+
+    fn denied_by(decision: Decision) -> DenyReason {
+        match decision {
+            Decision::Deny { reason } => reason,
+            Decision::Allow { rule } => panic!("allowed by {rule}"),
+        }
+    }
+
+    fn allowed_by(decision: Decision) -> String {
+        match decision {
+            Decision::Allow { rule } => rule,
+            Decision::Deny { reason } => panic!("denied: {reason}"),
+        }
+    }
+
+    #[test]
+    fn nul_byte_in_a_host_cannot_match_a_wildcard() {
+        let p = policy("*.github.com:443");
+        for host in [
+            "evil.com\0.github.com",
+            "evil.com\0x.github.com",
+            "api.github.com\0",
+        ] {
+            assert!(
+                matches!(
+                    denied_by(p.check_name(host, 443)),
+                    DenyReason::InvalidName { .. }
+                ),
+                "{host:?}"
+            );
+            let err = NetRule {
+                host: host.into(),
+                port: None,
+            };
+            assert!(crate::validate::net_rule(&err).is_err(), "{host:?}");
+        }
+        refused("*.github.com\0");
+    }
+
+    #[test]
+    fn smuggling_characters_are_refused_in_rules_and_requests() {
+        let p = policy("*.github.com");
+        for host in [
+            "evil.com\r\nhost: x.github.com",
+            "evil.com\n.github.com",
+            "user@api.github.com",
+            "evil.com%00.github.com",
+            "fe80::1%eth0",
+            "api .github.com",
+            "api\t.github.com",
+            "evil.com/.github.com",
+            "evil.com\\.github.com",
+            "api.github.com.",
+            ".github.com",
+            "a..github.com",
+            "-a.github.com",
+            "a_b.github.com",
+            "bücher.github.com",
+            "",
+        ] {
+            assert!(
+                matches!(
+                    denied_by(p.check_name(host, 443)),
+                    DenyReason::InvalidName { .. }
+                ),
+                "{host:?}"
+            );
+            assert!(host.parse::<NetRule>().is_err(), "{host:?}");
+        }
+    }
+
+    #[test]
+    fn overlong_names_and_labels_are_refused() {
+        let label = "a".repeat(64);
+        refused(&format!("{label}.example.com"));
+        let long = format!("{}example.com", "abcdefghi.".repeat(25));
+        assert!(long.len() > 253);
+        refused(&long);
+        let ok = format!("{}.example.com", "a".repeat(63));
+        ok.parse::<NetRule>().expect("63-character label");
+    }
+
+    #[test]
+    fn decimal_ipv4_forms_are_refused() {
+        for form in [
+            "2130706433",
+            "0177.0.0.1",
+            "0x7f.0.0.1",
+            "0x7f000001",
+            "127.1",
+            "127.0.1",
+            "127.000.000.001",
+            "1.2.3.4.5",
+            "example.0x1f",
+            "example.123",
+        ] {
+            let text = refused(form);
+            assert!(text.contains(form), "the error names the rule: {text}");
+            assert!(
+                matches!(
+                    denied_by(policy("127.0.0.1:80").check_name(form, 80)),
+                    DenyReason::InvalidName { .. }
+                ),
+                "{form}"
+            );
+        }
+        "127.0.0.1".parse::<NetRule>().expect("dotted quad");
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_is_refused_as_a_rule_and_a_host() {
+        for form in [
+            "::ffff:127.0.0.1",
+            "::ffff:7f00:1",
+            "::127.0.0.1",
+            "[::ffff:169.254.169.254]:80",
+            "::ffff:10.0.0.0/104",
+            "64:ff9b::0177.0.0.1",
+        ] {
+            refused(form);
+        }
+        let p = policy("0.0.0.0/0:80");
+        assert!(matches!(
+            denied_by(p.check_name("::ffff:169.254.169.254", 80)),
+            DenyReason::InvalidName { .. }
+        ));
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_cannot_bypass_denied_ranges() {
+        let p = policy("api.example.com:443,169.254.169.254:443,127.0.0.1:443");
+        for mapped in ["::ffff:169.254.169.254", "::ffff:127.0.0.1", "::a9fe:a9fe"] {
+            let reason = denied_by(p.check_addr("api.example.com", ip(mapped), 443));
+            assert!(
+                matches!(
+                    reason,
+                    DenyReason::DeniedRange {
+                        range: ReservedRange::Ipv4Mapped | ReservedRange::Ipv4Compatible,
+                        ..
+                    }
+                ),
+                "{mapped}: {reason}"
+            );
+        }
+        for embedded in ["64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1"] {
+            assert!(matches!(
+                denied_by(p.check_addr("api.example.com", ip(embedded), 443)),
+                DenyReason::DeniedRange {
+                    range: ReservedRange::Ipv4Embedded,
+                    ..
+                }
+            ));
+        }
+    }
+
+    #[test]
+    fn public_suffix_wildcards_are_refused() {
+        for rule in [
+            "*.com",
+            "*.co.uk",
+            "*.github.io",
+            "*.corp",
+            "*.com:443",
+            "*",
+            "*.*.com",
+            "**.example.com",
+            "*example.com",
+            "api.*.example.com",
+            "*.10.0.0.1",
+        ] {
+            refused(rule);
+        }
+        assert!(refused("*.co.uk").contains("public suffix"));
+        for rule in ["*.github.com", "*.example.co.uk", "*.user.github.io"] {
+            rule.parse::<NetRule>().expect(rule);
+        }
+    }
+
+    #[test]
+    fn wildcard_does_not_match_the_bare_domain_or_lookalikes() {
+        let p = policy("*.github.com:443");
+        for host in ["api.github.com", "a.b.github.com", "API.GitHub.com"] {
+            assert_eq!(allowed_by(p.check_name(host, 443)), "*.github.com:443");
+        }
+        for host in [
+            "github.com",
+            "evilgithub.com",
+            "github.com.evil.io",
+            "api.github.co",
+            "api-github.com",
+            "github.com.",
+        ] {
+            let reason = denied_by(p.check_name(host, 443));
+            assert!(
+                matches!(reason, DenyReason::NoRule | DenyReason::InvalidName { .. }),
+                "{host}: {reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn exact_names_match_only_themselves() {
+        let p = policy("api.github.com:443");
+        assert!(p.check_name("api.github.com", 443).is_allowed());
+        for host in ["x.api.github.com", "github.com", "api.github.com.evil.io"] {
+            assert_eq!(denied_by(p.check_name(host, 443)), DenyReason::NoRule);
+        }
+    }
+
+    #[test]
+    fn ports_are_enforced() {
+        let p = policy("api.example.com:8443,files.example.com,10.1.0.0/16:5432");
+        assert!(p.check_name("api.example.com", 8443).is_allowed());
+        assert_eq!(
+            denied_by(p.check_name("api.example.com", 443)),
+            DenyReason::PortNotAllowed { port: 443 }
+        );
+        for port in DEFAULT_PORTS {
+            assert!(p.check_name("files.example.com", port).is_allowed());
+        }
+        for port in [22, 25, 8080, 0, 65535] {
+            assert_eq!(
+                denied_by(p.check_name("files.example.com", port)),
+                DenyReason::PortNotAllowed { port }
+            );
+        }
+        assert!(p.check_name("10.1.2.3", 5432).is_allowed());
+        assert_eq!(
+            denied_by(p.check_name("10.1.2.3", 22)),
+            DenyReason::PortNotAllowed { port: 22 }
+        );
+        for rule in [
+            "a.com:0",
+            "a.com:65536",
+            "a.com:+443",
+            "a.com:0443",
+            "a.com:",
+        ] {
+            refused(rule);
+        }
+    }
+
+    #[test]
+    fn empty_allowlist_denies_everything() {
+        let empty: Net = "allow:".parse().expect("empty");
+        let Net::Allow(rules) = empty else {
+            panic!("not an allowlist")
+        };
+        let p = EgressPolicy::new(&rules).expect("empty compiles");
+        assert!(p.is_empty());
+        assert_eq!(p, EgressPolicy::deny_all());
+        for (host, port) in [
+            ("example.com", 443),
+            ("example.com", 80),
+            ("1.1.1.1", 53),
+            ("8.8.8.8", 443),
+            ("2606:4700::1111", 443),
+        ] {
+            assert_eq!(denied_by(p.check_name(host, port)), DenyReason::NoRule);
+        }
+        assert_eq!(
+            denied_by(p.check_addr("example.com", ip("93.184.216.34"), 443)),
+            DenyReason::NoRule
+        );
+    }
+
+    #[test]
+    fn a_name_resolving_to_metadata_is_denied_without_an_explicit_cidr() {
+        let p = policy("api.example.com");
+        assert!(p.check_name("api.example.com", 80).is_allowed());
+        assert_eq!(
+            denied_by(p.check_addr("api.example.com", ip("169.254.169.254"), 80)),
+            DenyReason::DeniedRange {
+                range: ReservedRange::CloudMetadata,
+                net: IpNet::new(ip("169.254.169.254"), 32).expect("net"),
+            }
+        );
+        // Opening link-local does not open the metadata service: it must be named.
+        let wide = policy("api.example.com,169.254.0.0/16");
+        assert!(!wide
+            .check_addr("api.example.com", ip("169.254.169.254"), 80)
+            .is_allowed());
+        assert!(wide
+            .check_addr("api.example.com", ip("169.254.1.1"), 80)
+            .is_allowed());
+        let explicit = policy("api.example.com,169.254.169.254/32");
+        assert_eq!(
+            allowed_by(explicit.check_addr("api.example.com", ip("169.254.169.254"), 80)),
+            "169.254.169.254/32"
+        );
+    }
+
+    #[test]
+    fn names_resolving_to_private_loopback_and_other_reserved_ranges_are_denied() {
+        let p = policy("api.example.com");
+        for (addr, range) in [
+            ("127.0.0.1", ReservedRange::Loopback),
+            ("0.0.0.0", ReservedRange::Unspecified),
+            ("10.0.0.5", ReservedRange::Private),
+            ("172.16.0.1", ReservedRange::Private),
+            ("192.168.1.1", ReservedRange::Private),
+            ("100.64.0.1", ReservedRange::SharedAddressSpace),
+            ("169.254.10.10", ReservedRange::LinkLocal),
+            ("224.0.0.1", ReservedRange::Multicast),
+            ("255.255.255.255", ReservedRange::Broadcast),
+            ("192.0.2.1", ReservedRange::Documentation),
+            ("198.18.0.1", ReservedRange::Benchmarking),
+            ("240.0.0.1", ReservedRange::Reserved),
+            ("::", ReservedRange::Unspecified),
+            ("::1", ReservedRange::Loopback),
+            ("fd00::1", ReservedRange::UniqueLocal),
+            ("fd00:ec2::254", ReservedRange::UniqueLocal),
+            ("fe80::1", ReservedRange::LinkLocal),
+            ("ff02::1", ReservedRange::Multicast),
+            ("2001:db8::1", ReservedRange::Documentation),
+        ] {
+            match denied_by(p.check_addr("api.example.com", ip(addr), 443)) {
+                DenyReason::DeniedRange { range: got, net } => {
+                    assert_eq!(got, range, "{addr}");
+                    assert!(net.contains(ip(addr)), "{addr} in {net}");
+                }
+                other => panic!("{addr}: {other}"),
+            }
+        }
+        for public in ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"] {
+            assert_eq!(
+                allowed_by(p.check_addr("api.example.com", ip(public), 443)),
+                "api.example.com"
+            );
+        }
+    }
+
+    #[test]
+    fn a_catch_all_cidr_does_not_open_reserved_ranges() {
+        let p = policy("0.0.0.0/0:443,[::/0]:443,db.internal.example.com:5432,10.0.0.0/8:5432");
+        assert!(p.check_name("93.184.216.34", 443).is_allowed());
+        for addr in ["10.0.0.1", "127.0.0.1", "169.254.169.254", "::1", "fd00::1"] {
+            assert!(
+                matches!(
+                    denied_by(p.check_name(addr, 443)),
+                    DenyReason::DeniedRange { .. }
+                ),
+                "{addr}"
+            );
+        }
+        // A CIDR inside the private range is the explicit opt-in for names resolving there.
+        assert_eq!(
+            allowed_by(p.check_addr("db.internal.example.com", ip("10.2.3.4"), 5432)),
+            "10.0.0.0/8:5432"
+        );
+        assert!(!p
+            .check_addr("db.internal.example.com", ip("192.168.0.1"), 5432)
+            .is_allowed());
+    }
+
+    #[test]
+    fn ip_and_cidr_rules_never_admit_names() {
+        let p = policy("0.0.0.0/0,10.0.0.0/8");
+        assert_eq!(
+            denied_by(p.check_name("anything.example.com", 443)),
+            DenyReason::NoRule
+        );
+        assert_eq!(
+            denied_by(p.check_addr("anything.example.com", ip("8.8.8.8"), 443)),
+            DenyReason::NoRule
+        );
+    }
+
+    #[test]
+    fn an_ip_literal_cannot_be_connected_to_a_different_address() {
+        let p = policy("93.184.216.34");
+        assert_eq!(
+            denied_by(p.check_addr("93.184.216.34", ip("127.0.0.1"), 443)),
+            DenyReason::AddressMismatch {
+                host: ip("93.184.216.34"),
+                addr: ip("127.0.0.1"),
+            }
+        );
+        assert!(p
+            .check_addr("93.184.216.34", ip("93.184.216.34"), 443)
+            .is_allowed());
+    }
+
+    #[test]
+    fn the_hosts_own_address_needs_a_rule_naming_it() {
+        let own = ip("203.0.113.200");
+        let public_own = ip("93.184.216.34");
+        let p = policy("api.example.com,93.184.0.0/16").with_host_addrs([own, public_own]);
+        assert_eq!(
+            denied_by(p.check_addr("api.example.com", public_own, 443)),
+            DenyReason::HostAddress { addr: public_own }
+        );
+        let named = policy("api.example.com,93.184.216.34").with_host_addrs([public_own]);
+        assert_eq!(
+            allowed_by(named.check_addr("api.example.com", public_own, 443)),
+            "93.184.216.34"
+        );
+    }
+
+    #[test]
+    fn cidr_rules_must_be_canonical() {
+        for rule in [
+            "10.0.0.1/8",
+            "10.0.0.0/33",
+            "10.0.0.0/08",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "fd00::1/8",
+            "fd00::/129",
+            "example.com/8",
+        ] {
+            refused(rule);
+        }
+        for rule in [
+            "10.0.0.0/8",
+            "fd00::/8",
+            "[fd00::/8]:443",
+            "192.168.1.0/24:8080",
+        ] {
+            let parsed: NetRule = rule.parse().expect(rule);
+            assert_eq!(parsed.to_string(), rule);
+        }
+    }
+
+    #[test]
+    fn a_single_address_rule_covers_only_that_address() {
+        let one6 = IpNet::new(ip("2606:4700::1111"), 128).expect("/128");
+        assert!(one6.contains(ip("2606:4700::1111")));
+        assert!(!one6.contains(ip("2606:4700::1112")));
+        assert!(!one6.contains(ip("::1")));
+        let one4 = IpNet::new(ip("1.1.1.1"), 32).expect("/32");
+        assert!(one4.contains(ip("1.1.1.1")));
+        assert!(!one4.contains(ip("1.1.1.2")));
+        assert!(!one4.contains(ip("::ffff:1.1.1.1")), "families never mix");
+        let all = IpNet::new(ip("0.0.0.0"), 0).expect("/0");
+        assert!(all.contains(ip("255.255.255.255")));
+        assert!(!all.contains(ip("::1")));
+        let p = policy("[2606:4700::1111]:443");
+        assert_eq!(
+            denied_by(p.check_name("2606:4700::1112", 443)),
+            DenyReason::NoRule
+        );
+        assert!(matches!(
+            denied_by(p.check_name("::1", 443)),
+            DenyReason::NoRule
+        ));
+    }
+
+    #[test]
+    fn rule_errors_name_the_rule_and_the_reason() {
+        let err = EgressPolicy::new(&[NetRule {
+            host: "*.co.uk".into(),
+            port: Some(443),
+        }])
+        .expect_err("public suffix");
+        assert_eq!(err.kind(), ErrorKind::InvalidRequest);
+        let text = err.to_string();
+        assert!(text.contains("*.co.uk:443"), "{text}");
+        assert!(text.contains("public suffix"), "{text}");
+        let json = r#"{"net":{"allow":[{"host":"0x7f.0.0.1","port":80}]}}"#;
+        let err = crate::Caps::from_json(json).expect_err("hex ipv4");
+        assert!(err.to_string().contains("0x7f.0.0.1"), "{err}");
+    }
+
+    #[test]
+    fn the_resolver_gets_the_matched_name_as_an_absolute_name() {
+        let host = Host::parse("API.Example.COM").expect("name");
+        assert_eq!(host, Host::Name("api.example.com".into()));
+        assert_eq!(host.resolver_name().as_deref(), Some("api.example.com."));
+        assert_eq!(Host::parse("10.0.0.1").expect("ip").resolver_name(), None);
     }
 }
