@@ -449,10 +449,16 @@ impl FromStr for Net {
     }
 }
 
-/// One allowed network destination.
+/// One allowed network destination. Text form: `HOST[:PORT]`, `*.DOMAIN[:PORT]`,
+/// `CIDR[:PORT]`, or `[IPv6]:PORT` / `[IPv6/PREFIX]:PORT`.
+///
+/// The syntax is strict (see [`crate::egress`]): names are lowercase LDH, wildcards may not
+/// cover a public suffix (`*.com`), addresses are dotted-quad IPv4 or IPv6 (never
+/// IPv4-mapped), networks are canonical CIDRs. A rule is checked by
+/// [`crate::egress::EgressPolicy`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct NetRule {
-    /// Host name, `*.`-prefixed domain, or IP address.
+    /// Host name, `*.`-prefixed domain, IP address or CIDR network.
     pub host: String,
     /// Port; `None` allows 80 and 443 only.
     pub port: Option<u16>,
@@ -491,10 +497,14 @@ impl FromStr for NetRule {
         };
         let port = port
             .map(|p| {
+                let digits =
+                    !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !p.starts_with('0');
                 p.parse::<u16>()
                     .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| invalid("port must be 1-65535"))
+                    .filter(|p| digits && *p != 0)
+                    .ok_or_else(|| {
+                        invalid("port must be 1-65535, in decimal without leading zeros")
+                    })
             })
             .transpose()?;
         let rule = NetRule {

@@ -17,6 +17,7 @@ pub mod backend;
 pub mod caps;
 pub mod container;
 pub mod doctor;
+pub mod egress;
 pub mod error;
 pub mod grant;
 pub mod names;
@@ -37,6 +38,7 @@ pub use backend::{
 pub use caps::{Access, Caps, Limits, Mount, Net, NetRule, SystemDirs};
 pub use container::{ContainerReceipt, ContainerRuntime, ContainerSpec};
 pub use doctor::{BackendReport, Check, DoctorReport};
+pub use egress::{Decision, DenyReason, EgressPolicy, Host, IpNet, ReservedRange};
 pub use error::{Error, ErrorKind, Result};
 pub use grant::{
     EntryKind, HostExecuted, HostExecutedPlan, HostLookup, ResolvedGrant, HOST_EXECUTED,

@@ -158,25 +158,10 @@ pub(crate) fn tool(tool: &Tool) -> Result<()> {
     Ok(())
 }
 
+/// The strict rule syntax of [`crate::egress`]: an accepted rule always compiles into an
+/// [`crate::egress::EgressPolicy`].
 pub(crate) fn net_rule(rule: &NetRule) -> Result<()> {
-    let host = rule.host.strip_prefix("*.").unwrap_or(&rule.host);
-    let valid = !host.is_empty()
-        && host.len() <= 253
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':'))
-        && !host.starts_with('.')
-        && !host.ends_with('.');
-    if !valid {
-        return Err(Error::invalid(format!(
-            "invalid network rule host {:?} (expected a DNS name, *.domain or an IP address)",
-            rule.host
-        )));
-    }
-    if rule.port == Some(0) {
-        return Err(Error::invalid(format!("invalid port 0 for {}", rule.host)));
-    }
-    Ok(())
+    crate::egress::validate_rule(rule)
 }
 
 fn absolute_clean(what: &str, path: &Path) -> Result<()> {
