@@ -1,0 +1,827 @@
+//! Strata's host-side egress proxy: the enforcing half of network allowlists
+//! ([`sandbox_core::Net::Allow`]), on top of the pure policy in [`sandbox_core::egress`].
+//!
+//! One [`EgressProxy`] per embedding process listens on a loopback TCP port chosen by the OS
+//! and/or a Unix socket. Each run registers with [`EgressProxy::register`] and gets a
+//! [`RunGrant`]: a random per-run credential, the run's [`EgressPolicy`], its [`Budget`] and
+//! its decision log. A connection is tied to its run by the credential
+//! (`Proxy-Authorization: Basic base64(TOKEN:)`); without the right one it is refused with
+//! `407` before anything else happens.
+//!
+//! Served today: HTTP `CONNECT host:port` (a byte tunnel). Per connection the proxy
+//!
+//! 1. reads the request head under strict limits ([`MAX_HEAD_BYTES`], [`MAX_HEADERS`],
+//!    [`HEAD_TIMEOUT`]); CR or LF anywhere but at a line end, NUL in a header, obsolete line
+//!    folding and duplicate credentials are refused;
+//! 2. splits the authority (`host:port` or `[v6]:port`, decimal port 1-65535) and parses the
+//!    host with [`Host::parse`], the same strict parser the rules went through: anything it
+//!    refuses is refused (`403`) without any resolution;
+//! 3. asks [`EgressPolicy::check_name`]; a name no rule admits is never resolved;
+//! 4. resolves the name once ([`Host::resolver_name`], absolute, so no search domain is
+//!    appended), checks every address with [`EgressPolicy::check_addr`] and connects only to
+//!    an allowed one, which stays pinned for the connection (no second resolution, so no
+//!    DNS rebinding);
+//! 5. splices bytes both ways, counting them against the run's byte budget.
+//!
+//! Every decision lands in the run's log ([`RunGrant::drain_log`]) and in `tracing` (target
+//! `strata::egress`).
+#![deny(missing_docs)]
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use base64::Engine as _;
+use sandbox_core::egress::{Decision, DenyReason, EgressPolicy, Host};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::task::JoinHandle;
+
+/// Longest request head (request line and headers, with the final blank line), in bytes.
+pub const MAX_HEAD_BYTES: usize = 8 * 1024;
+/// Most header lines in a request head.
+pub const MAX_HEADERS: usize = 64;
+/// How long a client may take to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the proxy waits for the upstream TCP connection (per address).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most entries a run's log keeps between drains; later ones are counted, not kept, so a
+/// flood of refused requests cannot grow the host's memory without bound.
+pub const MAX_LOG_ENTRIES: usize = 10_000;
+/// Size of the splice buffer per direction.
+const SPLICE_BUF: usize = 16 * 1024;
+/// The realm of the `407` challenge.
+const REALM: &str = "strata-egress";
+
+/// Where the proxy listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// `127.0.0.1` on a port the OS chooses ([`EgressProxy::tcp_addr`]).
+    TcpLoopback,
+    /// A Unix socket at this path (it must not exist; it is removed when the proxy drops).
+    Unix(PathBuf),
+}
+
+/// Per-run egress limits. Exceeding one closes the connection at hand and is logged with a
+/// [`BudgetLimit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Most connection requests (every authenticated request counts, allowed or not, so a
+    /// flood of refused requests is cut too). `None`: unlimited.
+    pub max_connections: Option<u64>,
+    /// Most tunnelled bytes, both directions together, over all the run's connections.
+    /// `None`: unlimited.
+    pub max_bytes: Option<u64>,
+}
+
+impl Budget {
+    /// No limits.
+    pub const UNLIMITED: Budget = Budget {
+        max_connections: None,
+        max_bytes: None,
+    };
+}
+
+/// Which budget was exceeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BudgetLimit {
+    /// [`Budget::max_connections`].
+    Connections {
+        /// The limit.
+        max: u64,
+    },
+    /// [`Budget::max_bytes`].
+    Bytes {
+        /// The limit.
+        max: u64,
+    },
+}
+
+impl fmt::Display for BudgetLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BudgetLimit::Connections { max } => write!(f, "connection budget of {max} exceeded"),
+            BudgetLimit::Bytes { max } => write!(f, "byte budget of {max} exceeded"),
+        }
+    }
+}
+
+/// Why the proxy refused or cut a connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The policy refused the host, the port or the resolved address.
+    Policy(DenyReason),
+    /// The request was malformed (not `CONNECT`, bad authority or port, a `Host` header
+    /// that differs from the authority, ...).
+    BadRequest(String),
+    /// The name did not resolve (or resolved to nothing).
+    Unresolvable(String),
+    /// No allowed address accepted the connection.
+    ConnectFailed(String),
+    /// A budget was exceeded.
+    Budget(BudgetLimit),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Policy(reason) => write!(f, "{reason}"),
+            Refusal::BadRequest(why) => write!(f, "bad request: {why}"),
+            Refusal::Unresolvable(why) => write!(f, "cannot resolve: {why}"),
+            Refusal::ConnectFailed(why) => write!(f, "cannot connect: {why}"),
+            Refusal::Budget(limit) => write!(f, "{limit}"),
+        }
+    }
+}
+
+/// The outcome of one decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Allowed (and connected) by this rule, as written.
+    Allowed {
+        /// The rule.
+        rule: String,
+    },
+    /// Refused, or cut after being allowed (a budget).
+    Refused(Refusal),
+}
+
+/// One entry of a run's egress log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressEvent {
+    /// The host as the client sent it (possibly invalid, hence refused).
+    pub host: String,
+    /// The port as the client sent it (0 if it was not a valid port).
+    pub port: u16,
+    /// The address the decision is about, if it concerned one (a resolved or pinned one).
+    pub addr: Option<IpAddr>,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// The state of one registered run.
+#[derive(Debug)]
+struct RunState {
+    policy: EgressPolicy,
+    budget: Budget,
+    connections: AtomicU64,
+    bytes: AtomicU64,
+    log: Mutex<RunLog>,
+}
+
+#[derive(Debug, Default)]
+struct RunLog {
+    events: Vec<EgressEvent>,
+    dropped: u64,
+}
+
+impl RunState {
+    fn record(&self, event: EgressEvent) {
+        match &event.outcome {
+            Outcome::Allowed { rule } => tracing::info!(
+                target: "strata::egress",
+                host = ?event.host, port = event.port, addr = ?event.addr, rule = %rule,
+                "egress allowed"
+            ),
+            Outcome::Refused(refusal) => tracing::warn!(
+                target: "strata::egress",
+                host = ?event.host, port = event.port, addr = ?event.addr, reason = %refusal,
+                "egress refused"
+            ),
+        }
+        let mut log = match self.log.lock() {
+            Ok(log) => log,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if log.events.len() < MAX_LOG_ENTRIES {
+            log.events.push(event);
+        } else {
+            log.dropped += 1;
+        }
+    }
+
+    /// Reserves `n` bytes of the byte budget; `Err` if that would exceed it.
+    fn take_bytes(&self, n: u64) -> Result<(), BudgetLimit> {
+        let before = self.bytes.fetch_add(n, Ordering::Relaxed);
+        match self.budget.max_bytes {
+            Some(max) if before.saturating_add(n) > max => Err(BudgetLimit::Bytes { max }),
+            _ => Ok(()),
+        }
+    }
+}
+
+type Runs = Mutex<HashMap<String, Arc<RunState>>>;
+
+/// The host-side egress proxy. Dropping it stops its listeners (tunnels already open keep
+/// running until either side closes or their run's budget is exhausted).
+///
+/// Must be created inside a tokio runtime (it spawns its accept loops there).
+#[derive(Debug)]
+pub struct EgressProxy {
+    runs: Arc<Runs>,
+    tcp_addr: Option<SocketAddr>,
+    unix_path: Option<PathBuf>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl EgressProxy {
+    /// Starts listening on every listener given (at least one).
+    pub async fn bind(listen: &[Listen]) -> io::Result<EgressProxy> {
+        if listen.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the egress proxy needs at least one listener",
+            ));
+        }
+        let runs: Arc<Runs> = Arc::default();
+        let mut proxy = EgressProxy {
+            runs: runs.clone(),
+            tcp_addr: None,
+            unix_path: None,
+            tasks: Vec::new(),
+        };
+        for listener in listen {
+            match listener {
+                Listen::TcpLoopback => {
+                    let tcp = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+                    proxy.tcp_addr = Some(tcp.local_addr()?);
+                    let runs = Arc::downgrade(&runs);
+                    proxy.tasks.push(tokio::spawn(async move {
+                        loop {
+                            match tcp.accept().await {
+                                Ok((stream, peer)) => {
+                                    tracing::debug!(target: "strata::egress", %peer, "accepted");
+                                    tokio::spawn(serve(stream, runs.clone()));
+                                }
+                                Err(err) => accept_error(err).await,
+                            }
+                        }
+                    }));
+                }
+                Listen::Unix(path) => {
+                    let unix = UnixListener::bind(path)?;
+                    proxy.unix_path = Some(path.clone());
+                    let runs = Arc::downgrade(&runs);
+                    proxy.tasks.push(tokio::spawn(async move {
+                        loop {
+                            match unix.accept().await {
+                                Ok((stream, _)) => {
+                                    tokio::spawn(serve(stream, runs.clone()));
+                                }
+                                Err(err) => accept_error(err).await,
+                            }
+                        }
+                    }));
+                }
+            }
+        }
+        Ok(proxy)
+    }
+
+    /// The loopback TCP address, if listening on one.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp_addr
+    }
+
+    /// The Unix socket path, if listening on one.
+    pub fn unix_path(&self) -> Option<&Path> {
+        self.unix_path.as_deref()
+    }
+
+    /// Registers a run: its policy, its budget, and a fresh random credential. The run's
+    /// connections are accepted until the returned grant drops.
+    pub fn register(&self, policy: EgressPolicy, budget: Budget) -> io::Result<RunGrant> {
+        let mut raw = [0u8; 16];
+        getrandom::fill(&mut raw).map_err(|err| io::Error::other(err.to_string()))?;
+        let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let state = Arc::new(RunState {
+            policy,
+            budget,
+            connections: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            log: Mutex::default(),
+        });
+        lock(&self.runs).insert(token.clone(), state.clone());
+        Ok(RunGrant {
+            token,
+            state,
+            runs: Arc::downgrade(&self.runs),
+        })
+    }
+}
+
+impl Drop for EgressProxy {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        if let Some(path) = &self.unix_path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A run's registration with the proxy. Dropping it revokes the credential: new connections
+/// of the run are refused (`407`).
+#[derive(Debug)]
+pub struct RunGrant {
+    token: String,
+    state: Arc<RunState>,
+    runs: Weak<Runs>,
+}
+
+impl RunGrant {
+    /// The run's credential: 32 hex digits from the OS's random source.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The `Proxy-Authorization` header value the run's clients must send
+    /// (`Basic base64(TOKEN:)`).
+    pub fn proxy_authorization(&self) -> String {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{}:", self.token))
+        )
+    }
+
+    /// The proxy URL for `HTTP(S)_PROXY` with the credential as user, for a proxy reachable
+    /// at `addr` (`http://TOKEN@127.0.0.1:PORT`).
+    pub fn proxy_url(&self, addr: SocketAddr) -> String {
+        format!("http://{}@{addr}", self.token)
+    }
+
+    /// Takes the decisions logged so far, and how many were dropped past
+    /// [`MAX_LOG_ENTRIES`].
+    pub fn drain_log(&self) -> (Vec<EgressEvent>, u64) {
+        let mut log = lock(&self.state.log);
+        let dropped = std::mem::take(&mut log.dropped);
+        (std::mem::take(&mut log.events), dropped)
+    }
+
+    /// Connection requests counted against the budget so far.
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::Relaxed)
+    }
+
+    /// Tunnelled bytes so far (both directions; may exceed the budget by the refused chunk).
+    pub fn bytes(&self) -> u64 {
+        self.state.bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for RunGrant {
+    fn drop(&mut self) {
+        if let Some(runs) = self.runs.upgrade() {
+            lock(&runs).remove(&self.token);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Backs off after an accept error (file descriptor exhaustion must not spin).
+async fn accept_error(err: io::Error) {
+    tracing::warn!(target: "strata::egress", error = %err, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// A parsed request head.
+struct Head {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+}
+
+/// Reads the request head; returns it and the bytes the client sent after it.
+async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = client
+            .read(&mut chunk)
+            .await
+            .map_err(|err| format!("read: {err}"))?;
+        if n == 0 {
+            return Err("the client closed before the end of the request head".into());
+        }
+        let scan_from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(pos) = buf[scan_from..].windows(4).position(|w| w == b"\r\n\r\n") {
+            let end = scan_from + pos + 4;
+            if end > MAX_HEAD_BYTES {
+                return Err(format!("the request head exceeds {MAX_HEAD_BYTES} bytes"));
+            }
+            let rest = buf.split_off(end);
+            return Ok((buf, rest));
+        }
+        if buf.len() > MAX_HEAD_BYTES {
+            return Err(format!("the request head exceeds {MAX_HEAD_BYTES} bytes"));
+        }
+    }
+}
+
+/// Parses a head (ending in CRLF CRLF). Lines end in CRLF only; a CR or LF elsewhere in a
+/// header line, a NUL or other control character in a header, obsolete line folding and
+/// more than [`MAX_HEADERS`] headers are refused. The request line is split on single
+/// spaces only; its target is checked later by the strict authority parser.
+fn parse_head(raw: &[u8]) -> Result<Head, String> {
+    let text = std::str::from_utf8(raw).map_err(|_| "the request head is not UTF-8")?;
+    let text = text
+        .strip_suffix("\r\n\r\n")
+        .ok_or("the request head does not end in CRLF CRLF")?;
+    let mut lines = text.split("\r\n");
+    let request_line = lines.next().ok_or("no request line")?;
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("the request line is not `METHOD TARGET VERSION`".into());
+    };
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
+        return Err(format!("unsupported version {version:?}"));
+    }
+    let mut headers = Vec::new();
+    for line in lines {
+        if headers.len() >= MAX_HEADERS {
+            return Err(format!("more than {MAX_HEADERS} headers"));
+        }
+        if line.starts_with([' ', '\t']) {
+            return Err("obsolete header line folding".into());
+        }
+        if line.chars().any(|c| c.is_control() && c != '\t') {
+            return Err("a control character (CR, LF, NUL, ...) in a header".into());
+        }
+        let (name, value) = line.split_once(':').ok_or("a header without `:`")?;
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        {
+            return Err(format!("invalid header name {name:?}"));
+        }
+        headers.push((
+            name.to_ascii_lowercase(),
+            value.trim_matches([' ', '\t']).to_string(),
+        ));
+    }
+    Ok(Head {
+        method: method.to_string(),
+        target: target.to_string(),
+        headers,
+    })
+}
+
+/// The token in a `Proxy-Authorization: Basic base64(TOKEN:PASSWORD)` value (the password
+/// is ignored).
+fn basic_user(value: &str) -> Option<String> {
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let user = decoded.split_once(':').map_or(decoded.as_str(), |(u, _)| u);
+    Some(user.to_string())
+}
+
+/// Splits a CONNECT authority into host text and port: `host:port` or `[v6]:port`, the
+/// port 1-5 decimal digits in 1-65535. The host text is not interpreted here.
+fn split_authority(authority: &str) -> Result<(&str, u16), String> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or("an unterminated `[` in the authority")?;
+        let port = after
+            .strip_prefix(':')
+            .ok_or("no port after the bracketed address")?;
+        (host, port)
+    } else {
+        let (host, port) = authority
+            .rsplit_once(':')
+            .ok_or("the authority has no port")?;
+        if host.contains(':') {
+            return Err("an IPv6 address must be bracketed".into());
+        }
+        (host, port)
+    };
+    if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("invalid port {port:?}"));
+    }
+    match port.parse::<u16>() {
+        Ok(port) if port != 0 => Ok((host, port)),
+        _ => Err(format!("invalid port {port:?}")),
+    }
+}
+
+async fn respond<S: AsyncWrite + Unpin>(client: &mut S, status: &str, extra: &str) {
+    let response =
+        format!("HTTP/1.1 {status}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    let _ = client.write_all(response.as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+/// Serves one client connection.
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs>) {
+    let (raw, early) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(why)) => {
+            tracing::warn!(target: "strata::egress", %why, "bad request head");
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(target: "strata::egress", "request head timed out");
+            respond(&mut client, "408 Request Timeout", "").await;
+            return;
+        }
+    };
+    let head = match parse_head(&raw) {
+        Ok(head) => head,
+        Err(why) => {
+            tracing::warn!(target: "strata::egress", %why, "bad request head");
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+    };
+    // The credential first: an unauthenticated client learns nothing about the policy.
+    let mut auth = head
+        .headers
+        .iter()
+        .filter(|(name, _)| name == "proxy-authorization");
+    let token = match (auth.next(), auth.next()) {
+        (Some((_, value)), None) => basic_user(value),
+        _ => None,
+    };
+    let run = token.and_then(|token| {
+        let runs = runs.upgrade()?;
+        let run = lock(&runs).get(&token).cloned();
+        run
+    });
+    let Some(run) = run else {
+        tracing::warn!(target: "strata::egress", target_ = ?head.target, "missing or wrong proxy credential");
+        let challenge = format!("Proxy-Authenticate: Basic realm=\"{REALM}\"\r\n");
+        respond(&mut client, "407 Proxy Authentication Required", &challenge).await;
+        return;
+    };
+    let count = run.connections.fetch_add(1, Ordering::Relaxed) + 1;
+    let refuse = |host: &str, port: u16, addr: Option<IpAddr>, refusal: Refusal| {
+        run.record(EgressEvent {
+            host: host.to_string(),
+            port,
+            addr,
+            outcome: Outcome::Refused(refusal),
+        });
+    };
+    if let Some(max) = run.budget.max_connections {
+        if count > max {
+            refuse(
+                &head.target,
+                0,
+                None,
+                Refusal::Budget(BudgetLimit::Connections { max }),
+            );
+            respond(&mut client, "429 Too Many Requests", "").await;
+            return;
+        }
+    }
+    if head.method != "CONNECT" {
+        refuse(
+            &head.target,
+            0,
+            None,
+            Refusal::BadRequest(format!("method {:?} is not served", head.method)),
+        );
+        respond(&mut client, "405 Method Not Allowed", "Allow: CONNECT\r\n").await;
+        return;
+    }
+    let (host_text, port) = match split_authority(&head.target) {
+        Ok(split) => split,
+        Err(why) => {
+            refuse(&head.target, 0, None, Refusal::BadRequest(why));
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+    };
+    // A `Host` header, if sent, must name the same authority.
+    for (name, value) in &head.headers {
+        if name == "host" && !value.eq_ignore_ascii_case(&head.target) {
+            refuse(
+                host_text,
+                port,
+                None,
+                Refusal::BadRequest(format!(
+                    "the Host header {value:?} differs from the CONNECT authority"
+                )),
+            );
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+    }
+    // One parser: the matcher and the resolver see the same `Host`.
+    let host = match Host::parse(host_text) {
+        Ok(host) => host,
+        Err(reason) => {
+            refuse(
+                host_text,
+                port,
+                None,
+                Refusal::Policy(DenyReason::InvalidName { reason }),
+            );
+            respond(&mut client, "403 Forbidden", "").await;
+            return;
+        }
+    };
+    let matched = host.to_string();
+    if let Decision::Deny { reason } = run.policy.check_name(&matched, port) {
+        refuse(host_text, port, None, Refusal::Policy(reason));
+        respond(&mut client, "403 Forbidden", "").await;
+        return;
+    }
+    // Resolve once. `tokio::net::lookup_host` (the system resolver, getaddrinfo on a
+    // blocking thread) rather than hickory-resolver for now: it needs no new dependency
+    // tree, and it gets the absolute name (`name.`) so no search domain is appended. The
+    // sandbox never talks to a resolver itself; only this host-side lookup happens.
+    let candidates: Vec<IpAddr> = match &host {
+        Host::Ip(ip) => vec![*ip],
+        Host::Name(_) => {
+            let Some(name) = host.resolver_name() else {
+                return;
+            };
+            let resolved = tokio::net::lookup_host((name.as_str(), port)).await;
+            match resolved {
+                Ok(addrs) => {
+                    let mut ips: Vec<IpAddr> = Vec::new();
+                    for addr in addrs {
+                        if !ips.contains(&addr.ip()) {
+                            ips.push(addr.ip());
+                        }
+                    }
+                    ips
+                }
+                Err(err) => {
+                    refuse(
+                        host_text,
+                        port,
+                        None,
+                        Refusal::Unresolvable(err.to_string()),
+                    );
+                    respond(&mut client, "502 Bad Gateway", "").await;
+                    return;
+                }
+            }
+        }
+    };
+    if candidates.is_empty() {
+        refuse(
+            host_text,
+            port,
+            None,
+            Refusal::Unresolvable("no addresses".into()),
+        );
+        respond(&mut client, "502 Bad Gateway", "").await;
+        return;
+    }
+    let mut last_error = None;
+    let mut pinned = None;
+    for addr in candidates {
+        match run.policy.check_addr(&matched, addr, port) {
+            Decision::Deny { reason } => {
+                refuse(host_text, port, Some(addr), Refusal::Policy(reason));
+            }
+            Decision::Allow { rule } => {
+                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((addr, port))).await
+                {
+                    Ok(Ok(upstream)) => {
+                        pinned = Some((addr, rule, upstream));
+                        break;
+                    }
+                    Ok(Err(err)) => last_error = Some(format!("{addr}: {err}")),
+                    Err(_) => last_error = Some(format!("{addr}: timed out")),
+                }
+            }
+        }
+    }
+    let Some((addr, rule, upstream)) = pinned else {
+        if let Some(why) = last_error {
+            refuse(host_text, port, None, Refusal::ConnectFailed(why));
+            respond(&mut client, "502 Bad Gateway", "").await;
+        } else {
+            respond(&mut client, "403 Forbidden", "").await;
+        }
+        return;
+    };
+    run.record(EgressEvent {
+        host: host_text.to_string(),
+        port,
+        addr: Some(addr),
+        outcome: Outcome::Allowed { rule },
+    });
+    if client
+        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    if let Err(limit) = splice(client, upstream, early, &run).await {
+        refuse(host_text, port, Some(addr), Refusal::Budget(limit));
+    }
+}
+
+/// Copies bytes both ways until both sides are done, counting them against the run's byte
+/// budget. Exceeding it drops both sides (the connection closes) and returns the limit.
+async fn splice<S: AsyncRead + AsyncWrite + Unpin>(
+    client: S,
+    upstream: TcpStream,
+    early: Vec<u8>,
+    run: &RunState,
+) -> Result<(), BudgetLimit> {
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut up_read, mut up_write) = upstream.into_split();
+    let up = async {
+        if !early.is_empty() {
+            run.take_bytes(early.len() as u64).map_err(Stop::Budget)?;
+            up_write.write_all(&early).await.map_err(|_| Stop::Io)?;
+        }
+        copy(&mut client_read, &mut up_write, run).await
+    };
+    let down = copy(&mut up_read, &mut client_write, run);
+    match tokio::try_join!(up, down) {
+        Ok(_) | Err(Stop::Io) => Ok(()),
+        Err(Stop::Budget(limit)) => Err(limit),
+    }
+}
+
+enum Stop {
+    Io,
+    Budget(BudgetLimit),
+}
+
+async fn copy<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    from: &mut R,
+    to: &mut W,
+    run: &RunState,
+) -> Result<(), Stop> {
+    let mut buf = vec![0u8; SPLICE_BUF];
+    loop {
+        let n = from.read(&mut buf).await.map_err(|_| Stop::Io)?;
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return Ok(());
+        }
+        run.take_bytes(n as u64).map_err(Stop::Budget)?;
+        to.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authority_split_refuses_unbracketed_ipv6_and_bad_ports() {
+        assert_eq!(split_authority("a.com:443"), Ok(("a.com", 443)));
+        assert_eq!(
+            split_authority("[2001:db8::1]:443"),
+            Ok(("2001:db8::1", 443))
+        );
+        assert!(split_authority("2001:db8::1:443").is_err());
+        assert!(split_authority("a.com").is_err());
+        assert!(split_authority("a.com:0").is_err());
+        assert!(split_authority("a.com:+443").is_err());
+        assert!(split_authority("a.com:65536").is_err());
+        assert!(split_authority("a.com:000443").is_err());
+    }
+
+    #[test]
+    fn head_parser_refuses_smuggling_shapes() {
+        assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nHost: a.com:443\r\n\r\n").is_ok());
+        assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nX: a\nb\r\n\r\n").is_err());
+        assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nX: a\0b\r\n\r\n").is_err());
+        assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nX: a\r\n b\r\n\r\n").is_err());
+        assert!(parse_head(b"CONNECT  a.com:443 HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse_head(b"CONNECT a.com:443 HTTP/2\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn basic_credential_takes_the_user_only() {
+        assert_eq!(basic_user("Basic YWJjOg=="), Some("abc".into()));
+        assert_eq!(basic_user("basic YWJjOnh5eg=="), Some("abc".into()));
+        assert_eq!(basic_user("Bearer abc"), None);
+        assert_eq!(basic_user("Basic !!!"), None);
+    }
+}

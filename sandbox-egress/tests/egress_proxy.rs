@@ -1,0 +1,513 @@
+//! The egress proxy against real servers on this machine (no internet): a loopback echo
+//! server, opened only by an explicit `127.0.0.1/32:PORT` rule, and the attacks the proxy
+//! must stop, each test named after one.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed step is a failed test.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox_core::caps::NetRule;
+use sandbox_core::egress::{DenyReason, EgressPolicy, ReservedRange};
+use sandbox_egress::{
+    Budget, BudgetLimit, EgressEvent, EgressProxy, Listen, Outcome, Refusal, RunGrant,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A loopback echo server; counts the connections it accepted.
+async fn echo_server() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let (mut r, mut w) = stream.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    (port, accepted)
+}
+
+/// A loopback HTTP server answering `ok` to every request.
+async fn http_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = stream.read(&mut chunk).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+fn policy(rules: &[String]) -> EgressPolicy {
+    let rules: Vec<NetRule> = rules
+        .iter()
+        .map(|r| NetRule::from_str(r).unwrap())
+        .collect();
+    EgressPolicy::new(&rules).unwrap()
+}
+
+async fn proxy_with(rules: &[String], budget: Budget) -> (EgressProxy, RunGrant, SocketAddr) {
+    let proxy = EgressProxy::bind(&[Listen::TcpLoopback]).await.unwrap();
+    let grant = proxy.register(policy(rules), budget).unwrap();
+    let addr = proxy.tcp_addr().unwrap();
+    (proxy, grant, addr)
+}
+
+/// Sends a raw request head and returns the status code and the stream.
+async fn send_head<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, head: &[u8]) -> (u16, S) {
+    stream.write_all(head).await.unwrap();
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(WAIT, async {
+        while !buf.ends_with(b"\r\n\r\n") {
+            let n = stream.read(&mut byte).await.unwrap();
+            assert!(n > 0, "the proxy closed without a response: {buf:?}");
+            buf.push(byte[0]);
+        }
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8(buf).unwrap();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    (status, stream)
+}
+
+async fn connect_raw(proxy: SocketAddr, authority: &str, auth: Option<&str>) -> (u16, TcpStream) {
+    let stream = TcpStream::connect(proxy).await.unwrap();
+    let mut head = format!("CONNECT {authority} HTTP/1.1\r\n");
+    if let Some(auth) = auth {
+        head.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+    }
+    head.push_str("\r\n");
+    send_head(stream, head.as_bytes()).await
+}
+
+async fn connect(proxy: SocketAddr, grant: &RunGrant, authority: &str) -> (u16, TcpStream) {
+    connect_raw(proxy, authority, Some(&grant.proxy_authorization())).await
+}
+
+async fn echo_roundtrip<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, data: &[u8]) {
+    stream.write_all(data).await.unwrap();
+    let mut back = vec![0u8; data.len()];
+    tokio::time::timeout(WAIT, stream.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back, data);
+}
+
+fn refusals(events: &[EgressEvent]) -> Vec<Refusal> {
+    events
+        .iter()
+        .filter_map(|e| match &e.outcome {
+            Outcome::Refused(r) => Some(r.clone()),
+            Outcome::Allowed { .. } => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_tunnel_reaches_echo_server_opened_by_explicit_loopback_cidr() {
+    let (port, accepted) = echo_server().await;
+    let rule = format!("127.0.0.1/32:{port}");
+    let (_proxy, grant, addr) = proxy_with(std::slice::from_ref(&rule), Budget::UNLIMITED).await;
+    let (status, mut stream) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 200);
+    echo_roundtrip(&mut stream, b"hello through the tunnel").await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    let (events, dropped) = grant.drain_log();
+    assert_eq!(dropped, 0);
+    assert_eq!(
+        events,
+        vec![EgressEvent {
+            host: "127.0.0.1".into(),
+            port,
+            addr: Some("127.0.0.1".parse().unwrap()),
+            outcome: Outcome::Allowed { rule },
+        }]
+    );
+    assert_eq!(grant.connections(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_pipelined_after_the_connect_head_are_forwarded() {
+    let (port, _) = echo_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {}\r\n\r\nearly",
+        grant.proxy_authorization()
+    );
+    let (status, mut stream) = send_head(stream, head.as_bytes()).await;
+    assert_eq!(status, 200);
+    let mut back = [0u8; 5];
+    tokio::time::timeout(WAIT, stream.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&back, b"early");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_listener_tunnels_too() {
+    let (port, _) = echo_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.sock");
+    let proxy = EgressProxy::bind(&[Listen::Unix(path.clone())])
+        .await
+        .unwrap();
+    let grant = proxy
+        .register(policy(&[format!("127.0.0.1/32:{port}")]), Budget::UNLIMITED)
+        .unwrap();
+    let stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let head = format!(
+        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
+        grant.proxy_authorization()
+    );
+    let (status, mut stream) = send_head(stream, head.as_bytes()).await;
+    assert_eq!(status, 200);
+    echo_roundtrip(&mut stream, b"over a unix socket").await;
+    drop(proxy);
+    assert!(!path.exists(), "the socket file is removed with the proxy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_through_the_proxy_reaches_only_the_allowed_server() {
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("curl is not installed; skipping");
+        return;
+    }
+    let port = http_server().await;
+    let other = http_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let curl = |target: u16| {
+        let proxy_url = grant.proxy_url(addr);
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args([
+                    "-sS",
+                    "--max-time",
+                    "10",
+                    "--noproxy",
+                    "",
+                    "--proxytunnel",
+                    "-x",
+                ])
+                .arg(proxy_url)
+                .arg(format!("http://127.0.0.1:{target}/"))
+                .output()
+                .unwrap()
+        })
+    };
+    let ok = curl(port).await.unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(ok.stdout, b"ok");
+    let refused = curl(other).await.unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("403"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlisted_host_is_refused_before_any_resolution() {
+    let (_proxy, grant, addr) = proxy_with(&["example.com:443".into()], Budget::UNLIMITED).await;
+    let (status, _) = connect(addr, &grant, "exfil.attacker.test:443").await;
+    assert_eq!(status, 403);
+    let (events, _) = grant.drain_log();
+    // Refused by the name check: no address was ever looked up.
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].addr, None);
+    assert_eq!(refusals(&events), vec![Refusal::Policy(DenyReason::NoRule)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_port_on_an_allowed_host_is_refused() {
+    let (port, accepted) = echo_server().await;
+    let (other_port, other_accepted) = echo_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let (status, _) = connect(addr, &grant, &format!("127.0.0.1:{other_port}")).await;
+    assert_eq!(status, 403);
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert_eq!(other_accepted.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        refusals(&grant.drain_log().0),
+        vec![Refusal::Policy(DenyReason::PortNotAllowed {
+            port: other_port
+        })]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_is_refused_without_a_cidr_rule_naming_it() {
+    let (port, accepted) = echo_server().await;
+    // "Everything" does not open loopback: only a rule inside the loopback range does.
+    let (_proxy, grant, addr) = proxy_with(&[format!("0.0.0.0/0:{port}")], Budget::UNLIMITED).await;
+    let (status, _) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 403);
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    let refused = refusals(&grant.drain_log().0);
+    assert!(
+        matches!(
+            refused.as_slice(),
+            [Refusal::Policy(DenyReason::DeniedRange {
+                range: ReservedRange::Loopback,
+                ..
+            })]
+        ),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn name_rule_for_localhost_does_not_reach_loopback() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) = proxy_with(&[format!("localhost:{port}")], Budget::UNLIMITED).await;
+    let (status, _) = connect(addr, &grant, &format!("localhost:{port}")).await;
+    assert_ne!(status, 200);
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    let refused = refusals(&grant.drain_log().0);
+    // Either the absolute name `localhost.` does not resolve here (glibc skips /etc/hosts
+    // for it), or it resolves to loopback, which the name rule cannot open.
+    assert!(
+        refused.iter().all(|r| matches!(
+            r,
+            Refusal::Unresolvable(_)
+                | Refusal::Policy(DenyReason::DeniedRange {
+                    range: ReservedRange::Loopback,
+                    ..
+                })
+        )) && !refused.is_empty(),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nul_at_and_percent_in_the_authority_are_refused_not_interpreted() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    for host in [
+        "127.0.0.1\0.allowed.example".to_string(),
+        "user@127.0.0.1".to_string(),
+        "127.0.0.1%2e".to_string(),
+        "[fe80::1%25lo]".to_string(),
+        "127.0.0.1\t".to_string(),
+    ] {
+        let (status, _) = connect(addr, &grant, &format!("{host}:{port}")).await;
+        assert_eq!(status, 403, "{host:?}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    let refused = refusals(&grant.drain_log().0);
+    assert_eq!(refused.len(), 5);
+    assert!(
+        refused
+            .iter()
+            .all(|r| matches!(r, Refusal::Policy(DenyReason::InvalidName { .. }))),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crlf_in_the_authority_cannot_inject_headers() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    for authority in [
+        format!("127.0.0.1\r\nX-Injected: 1\r\n:{port}"),
+        format!("127.0.0.1\n.evil:{port}"),
+        format!("127.0.0.1\r.evil:{port}"),
+    ] {
+        let (status, _) = connect(addr, &grant, &authority).await;
+        assert!(status == 400 || status == 403, "{authority:?}: {status}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decimal_octal_hex_and_short_ipv4_forms_are_refused() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    for host in [
+        "2130706433",
+        "0177.0.0.1",
+        "0x7f.0.0.1",
+        "127.1",
+        "[::ffff:127.0.0.1]",
+    ] {
+        let (status, _) = connect(addr, &grant, &format!("{host}:{port}")).await;
+        assert_eq!(status, 403, "{host}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert!(refusals(&grant.drain_log().0)
+        .iter()
+        .all(|r| matches!(r, Refusal::Policy(DenyReason::InvalidName { .. }))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_wrong_or_revoked_credential_gets_407() {
+    let (port, accepted) = echo_server().await;
+    let (proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let target = format!("127.0.0.1:{port}");
+    assert_eq!(connect_raw(addr, &target, None).await.0, 407);
+    assert_eq!(
+        connect_raw(addr, &target, Some("Basic d3Jvbmc6")).await.0,
+        407
+    );
+    // Another run's token is not this run's: register a second run and revoke it.
+    let other = proxy
+        .register(EgressPolicy::deny_all(), Budget::UNLIMITED)
+        .unwrap();
+    let other_auth = other.proxy_authorization();
+    drop(other);
+    assert_eq!(connect_raw(addr, &target, Some(&other_auth)).await.0, 407);
+    // Two credentials: refused, even if one is right.
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "CONNECT {target} HTTP/1.1\r\nProxy-Authorization: {}\r\nProxy-Authorization: Basic d3Jvbmc6\r\n\r\n",
+        grant.proxy_authorization()
+    );
+    assert_eq!(send_head(stream, head.as_bytes()).await.0, 407);
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert!(grant.drain_log().0.is_empty());
+    assert_eq!(connect(addr, &grant, &target).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_allowlist_denies_everything() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) = proxy_with(&[], Budget::UNLIMITED).await;
+    for target in [
+        format!("127.0.0.1:{port}"),
+        "example.com:443".into(),
+        "93.184.215.14:80".into(),
+    ] {
+        assert_eq!(connect(addr, &grant, &target).await.0, 403, "{target}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        refusals(&grant.drain_log().0),
+        vec![Refusal::Policy(DenyReason::NoRule); 3]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_header_naming_another_authority_is_refused() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: evil.example:443\r\nProxy-Authorization: {}\r\n\r\n",
+        grant.proxy_authorization()
+    );
+    assert_eq!(send_head(stream, head.as_bytes()).await.0, 400);
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_flood_is_cut_by_the_connection_budget() {
+    let (port, accepted) = echo_server().await;
+    let budget = Budget {
+        max_connections: Some(2),
+        max_bytes: None,
+    };
+    let (_proxy, grant, addr) = proxy_with(&[format!("127.0.0.1/32:{port}")], budget).await;
+    let target = format!("127.0.0.1:{port}");
+    let (a, _sa) = connect(addr, &grant, &target).await;
+    let (b, _sb) = connect(addr, &grant, &target).await;
+    assert_eq!((a, b), (200, 200));
+    for _ in 0..5 {
+        assert_eq!(connect(addr, &grant, &target).await.0, 429);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    let refused = refusals(&grant.drain_log().0);
+    assert_eq!(
+        refused,
+        vec![Refusal::Budget(BudgetLimit::Connections { max: 2 }); 5]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn byte_flood_is_cut_by_the_byte_budget() {
+    let (port, _) = echo_server().await;
+    let budget = Budget {
+        max_connections: None,
+        max_bytes: Some(1000),
+    };
+    let (_proxy, grant, addr) = proxy_with(&[format!("127.0.0.1/32:{port}")], budget).await;
+    let (status, mut stream) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 200);
+    // Within budget: 100 up + 100 echoed back.
+    echo_roundtrip(&mut stream, &[b'a'; 100]).await;
+    // The flood: the proxy closes the tunnel.
+    let flood = vec![b'b'; 64 * 1024];
+    let _ = stream.write_all(&flood).await;
+    let mut received = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received += n,
+            }
+        }
+    })
+    .await
+    .expect("the proxy closes the tunnel");
+    assert!(
+        received <= 800,
+        "{received} bytes came back past the budget"
+    );
+    assert!(grant.bytes() > 1000);
+    let refused = refusals(&grant.drain_log().0);
+    assert_eq!(
+        refused,
+        vec![Refusal::Budget(BudgetLimit::Bytes { max: 1000 })]
+    );
+}
