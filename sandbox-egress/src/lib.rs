@@ -8,7 +8,11 @@
 //! (`Proxy-Authorization: Basic base64(TOKEN:)`); without the right one it is refused with
 //! `407` before anything else happens.
 //!
-//! Served today: HTTP `CONNECT host:port` (a byte tunnel). Per connection the proxy
+//! Served today, on the same listeners (told apart by the first byte): HTTP
+//! `CONNECT host:port` and SOCKS5 `CONNECT` with names resolved by the proxy (`socks5h`),
+//! both as byte tunnels. Plain-HTTP proxying (absolute-URI requests) is not served yet
+//! (`405`). The SOCKS5 credential is the username/password method (RFC 1929) with the token
+//! as username; a client offering no such method is refused. Per connection the proxy
 //!
 //! 1. reads the request head under strict limits ([`MAX_HEAD_BYTES`], [`MAX_HEADERS`],
 //!    [`HEAD_TIMEOUT`]); CR or LF anywhere but at a line end, NUL in a header, obsolete line
@@ -404,9 +408,12 @@ struct Head {
     headers: Vec<(String, String)>,
 }
 
-/// Reads the request head; returns it and the bytes the client sent after it.
-async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let mut buf = Vec::with_capacity(1024);
+/// Reads the request head, starting with the bytes in `buf` already read; returns it and
+/// the bytes the client sent after it.
+async fn read_head<S: AsyncRead + Unpin>(
+    client: &mut S,
+    mut buf: Vec<u8>,
+) -> Result<(Vec<u8>, Vec<u8>), String> {
     let mut chunk = [0u8; 1024];
     loop {
         let n = client
@@ -534,9 +541,190 @@ async fn respond<S: AsyncWrite + Unpin>(client: &mut S, status: &str, extra: &st
     let _ = client.shutdown().await;
 }
 
-/// Serves one client connection.
+/// Why [`open_upstream`] gave up (already logged); each protocol maps it to its reply.
+enum Fail {
+    /// The connection budget is spent.
+    Budget,
+    /// The policy refused the host, port or every address.
+    Forbidden,
+    /// The name did not resolve.
+    Unresolvable,
+    /// No allowed address accepted the connection.
+    ConnectFailed,
+}
+
+impl Fail {
+    fn http_status(&self) -> &'static str {
+        match self {
+            Fail::Budget => "429 Too Many Requests",
+            Fail::Forbidden => "403 Forbidden",
+            Fail::Unresolvable | Fail::ConnectFailed => "502 Bad Gateway",
+        }
+    }
+
+    /// The SOCKS5 reply code (RFC 1928 section 6).
+    fn socks_reply(&self) -> u8 {
+        match self {
+            Fail::Budget | Fail::Forbidden => 0x02,
+            Fail::Unresolvable => 0x04,
+            Fail::ConnectFailed => 0x05,
+        }
+    }
+}
+
+fn refuse(run: &RunState, host: &str, port: u16, addr: Option<IpAddr>, refusal: Refusal) {
+    run.record(EgressEvent {
+        host: host.to_string(),
+        port,
+        addr,
+        outcome: Outcome::Refused(refusal),
+    });
+}
+
+/// Counts a connection request against the run's budget.
+fn count_connection(run: &RunState, host: &str, port: u16) -> Result<(), Fail> {
+    let count = run.connections.fetch_add(1, Ordering::Relaxed) + 1;
+    match run.budget.max_connections {
+        Some(max) if count > max => {
+            refuse(
+                run,
+                host,
+                port,
+                None,
+                Refusal::Budget(BudgetLimit::Connections { max }),
+            );
+            Err(Fail::Budget)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The decision pipeline shared by every protocol: parse the host with the one strict
+/// parser, check the name, resolve once, check every address, connect to the first allowed
+/// one (pinned: it is never resolved again). Every decision is logged.
+async fn open_upstream(
+    run: &RunState,
+    host_text: &str,
+    port: u16,
+) -> Result<(IpAddr, TcpStream), Fail> {
+    // One parser: the matcher and the resolver see the same `Host`.
+    let host = match Host::parse(host_text) {
+        Ok(host) => host,
+        Err(reason) => {
+            refuse(
+                run,
+                host_text,
+                port,
+                None,
+                Refusal::Policy(DenyReason::InvalidName { reason }),
+            );
+            return Err(Fail::Forbidden);
+        }
+    };
+    let matched = host.to_string();
+    if let Decision::Deny { reason } = run.policy.check_name(&matched, port) {
+        refuse(run, host_text, port, None, Refusal::Policy(reason));
+        return Err(Fail::Forbidden);
+    }
+    // Resolve once. `tokio::net::lookup_host` (the system resolver, getaddrinfo on a
+    // blocking thread) rather than hickory-resolver for now: it needs no new dependency
+    // tree, and it gets the absolute name (`name.`) so no search domain is appended. The
+    // sandbox never talks to a resolver itself; only this host-side lookup happens.
+    let candidates: Vec<IpAddr> = match (&host, host.resolver_name()) {
+        (Host::Ip(ip), _) => vec![*ip],
+        (Host::Name(_), None) => Vec::new(),
+        (Host::Name(_), Some(name)) => {
+            let resolved = tokio::net::lookup_host((name.as_str(), port)).await;
+            match resolved {
+                Ok(addrs) => {
+                    let mut ips: Vec<IpAddr> = Vec::new();
+                    for addr in addrs {
+                        if !ips.contains(&addr.ip()) {
+                            ips.push(addr.ip());
+                        }
+                    }
+                    ips
+                }
+                Err(err) => {
+                    refuse(
+                        run,
+                        host_text,
+                        port,
+                        None,
+                        Refusal::Unresolvable(err.to_string()),
+                    );
+                    return Err(Fail::Unresolvable);
+                }
+            }
+        }
+    };
+    if candidates.is_empty() {
+        refuse(
+            run,
+            host_text,
+            port,
+            None,
+            Refusal::Unresolvable("no addresses".into()),
+        );
+        return Err(Fail::Unresolvable);
+    }
+    let mut last_error = None;
+    for addr in candidates {
+        match run.policy.check_addr(&matched, addr, port) {
+            Decision::Deny { reason } => {
+                refuse(run, host_text, port, Some(addr), Refusal::Policy(reason));
+            }
+            Decision::Allow { rule } => {
+                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((addr, port))).await
+                {
+                    Ok(Ok(upstream)) => {
+                        run.record(EgressEvent {
+                            host: host_text.to_string(),
+                            port,
+                            addr: Some(addr),
+                            outcome: Outcome::Allowed { rule },
+                        });
+                        return Ok((addr, upstream));
+                    }
+                    Ok(Err(err)) => last_error = Some(format!("{addr}: {err}")),
+                    Err(_) => last_error = Some(format!("{addr}: timed out")),
+                }
+            }
+        }
+    }
+    match last_error {
+        Some(why) => {
+            refuse(run, host_text, port, None, Refusal::ConnectFailed(why));
+            Err(Fail::ConnectFailed)
+        }
+        None => Err(Fail::Forbidden),
+    }
+}
+
+fn find_run(runs: &Weak<Runs>, token: &str) -> Option<Arc<RunState>> {
+    let runs = runs.upgrade()?;
+    let run = lock(&runs).get(token).cloned();
+    run
+}
+
+/// Serves one client connection: SOCKS5 if its first byte is 5, HTTP otherwise.
 async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs>) {
-    let (raw, early) = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HEAD_TIMEOUT, client.read_exact(&mut first)).await {
+        Ok(Ok(_)) => {}
+        _ => return,
+    }
+    if first[0] == SOCKS_VERSION {
+        serve_socks(client, runs).await;
+    } else {
+        serve_http(client, runs, first[0]).await;
+    }
+}
+
+/// Serves an HTTP `CONNECT` whose first byte was already read.
+async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs>, first: u8) {
+    let read = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client, vec![first])).await;
+    let (raw, early) = match read {
         Ok(Ok(read)) => read,
         Ok(Err(why)) => {
             tracing::warn!(target: "strata::egress", %why, "bad request head");
@@ -566,40 +754,19 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs
         (Some((_, value)), None) => basic_user(value),
         _ => None,
     };
-    let run = token.and_then(|token| {
-        let runs = runs.upgrade()?;
-        let run = lock(&runs).get(&token).cloned();
-        run
-    });
-    let Some(run) = run else {
-        tracing::warn!(target: "strata::egress", target_ = ?head.target, "missing or wrong proxy credential");
+    let Some(run) = token.and_then(|token| find_run(&runs, &token)) else {
+        tracing::warn!(target: "strata::egress", request_target = ?head.target, "missing or wrong proxy credential");
         let challenge = format!("Proxy-Authenticate: Basic realm=\"{REALM}\"\r\n");
         respond(&mut client, "407 Proxy Authentication Required", &challenge).await;
         return;
     };
-    let count = run.connections.fetch_add(1, Ordering::Relaxed) + 1;
-    let refuse = |host: &str, port: u16, addr: Option<IpAddr>, refusal: Refusal| {
-        run.record(EgressEvent {
-            host: host.to_string(),
-            port,
-            addr,
-            outcome: Outcome::Refused(refusal),
-        });
-    };
-    if let Some(max) = run.budget.max_connections {
-        if count > max {
-            refuse(
-                &head.target,
-                0,
-                None,
-                Refusal::Budget(BudgetLimit::Connections { max }),
-            );
-            respond(&mut client, "429 Too Many Requests", "").await;
-            return;
-        }
+    if let Err(fail) = count_connection(&run, &head.target, 0) {
+        respond(&mut client, fail.http_status(), "").await;
+        return;
     }
     if head.method != "CONNECT" {
         refuse(
+            &run,
             &head.target,
             0,
             None,
@@ -611,7 +778,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs
     let (host_text, port) = match split_authority(&head.target) {
         Ok(split) => split,
         Err(why) => {
-            refuse(&head.target, 0, None, Refusal::BadRequest(why));
+            refuse(&run, &head.target, 0, None, Refusal::BadRequest(why));
             respond(&mut client, "400 Bad Request", "").await;
             return;
         }
@@ -620,6 +787,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs
     for (name, value) in &head.headers {
         if name == "host" && !value.eq_ignore_ascii_case(&head.target) {
             refuse(
+                &run,
                 host_text,
                 port,
                 None,
@@ -631,105 +799,13 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs
             return;
         }
     }
-    // One parser: the matcher and the resolver see the same `Host`.
-    let host = match Host::parse(host_text) {
-        Ok(host) => host,
-        Err(reason) => {
-            refuse(
-                host_text,
-                port,
-                None,
-                Refusal::Policy(DenyReason::InvalidName { reason }),
-            );
-            respond(&mut client, "403 Forbidden", "").await;
+    let (addr, upstream) = match open_upstream(&run, host_text, port).await {
+        Ok(opened) => opened,
+        Err(fail) => {
+            respond(&mut client, fail.http_status(), "").await;
             return;
         }
     };
-    let matched = host.to_string();
-    if let Decision::Deny { reason } = run.policy.check_name(&matched, port) {
-        refuse(host_text, port, None, Refusal::Policy(reason));
-        respond(&mut client, "403 Forbidden", "").await;
-        return;
-    }
-    // Resolve once. `tokio::net::lookup_host` (the system resolver, getaddrinfo on a
-    // blocking thread) rather than hickory-resolver for now: it needs no new dependency
-    // tree, and it gets the absolute name (`name.`) so no search domain is appended. The
-    // sandbox never talks to a resolver itself; only this host-side lookup happens.
-    let candidates: Vec<IpAddr> = match &host {
-        Host::Ip(ip) => vec![*ip],
-        Host::Name(_) => {
-            let Some(name) = host.resolver_name() else {
-                return;
-            };
-            let resolved = tokio::net::lookup_host((name.as_str(), port)).await;
-            match resolved {
-                Ok(addrs) => {
-                    let mut ips: Vec<IpAddr> = Vec::new();
-                    for addr in addrs {
-                        if !ips.contains(&addr.ip()) {
-                            ips.push(addr.ip());
-                        }
-                    }
-                    ips
-                }
-                Err(err) => {
-                    refuse(
-                        host_text,
-                        port,
-                        None,
-                        Refusal::Unresolvable(err.to_string()),
-                    );
-                    respond(&mut client, "502 Bad Gateway", "").await;
-                    return;
-                }
-            }
-        }
-    };
-    if candidates.is_empty() {
-        refuse(
-            host_text,
-            port,
-            None,
-            Refusal::Unresolvable("no addresses".into()),
-        );
-        respond(&mut client, "502 Bad Gateway", "").await;
-        return;
-    }
-    let mut last_error = None;
-    let mut pinned = None;
-    for addr in candidates {
-        match run.policy.check_addr(&matched, addr, port) {
-            Decision::Deny { reason } => {
-                refuse(host_text, port, Some(addr), Refusal::Policy(reason));
-            }
-            Decision::Allow { rule } => {
-                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((addr, port))).await
-                {
-                    Ok(Ok(upstream)) => {
-                        pinned = Some((addr, rule, upstream));
-                        break;
-                    }
-                    Ok(Err(err)) => last_error = Some(format!("{addr}: {err}")),
-                    Err(_) => last_error = Some(format!("{addr}: timed out")),
-                }
-            }
-        }
-    }
-    let Some((addr, rule, upstream)) = pinned else {
-        if let Some(why) = last_error {
-            refuse(host_text, port, None, Refusal::ConnectFailed(why));
-            respond(&mut client, "502 Bad Gateway", "").await;
-        } else {
-            respond(&mut client, "403 Forbidden", "").await;
-        }
-        return;
-    };
-    run.record(EgressEvent {
-        host: host_text.to_string(),
-        port,
-        addr: Some(addr),
-        outcome: Outcome::Allowed { rule },
-    });
     if client
         .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         .await
@@ -738,8 +814,144 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs
         return;
     }
     if let Err(limit) = splice(client, upstream, early, &run).await {
-        refuse(host_text, port, Some(addr), Refusal::Budget(limit));
+        refuse(&run, host_text, port, Some(addr), Refusal::Budget(limit));
     }
+}
+
+/// The SOCKS protocol version served (SOCKS5, RFC 1928).
+const SOCKS_VERSION: u8 = 0x05;
+/// The username/password method (RFC 1929): the username is the run's token.
+const SOCKS_USERPASS: u8 = 0x02;
+
+/// A SOCKS5 reply without a bound address (`0.0.0.0:0`).
+fn socks_reply(code: u8) -> [u8; 10] {
+    [SOCKS_VERSION, code, 0, 0x01, 0, 0, 0, 0, 0, 0]
+}
+
+/// Serves SOCKS5 (`CONNECT` only; the `h` of `socks5h`: names are resolved here, never by
+/// the client). The version byte was already read. Only the username/password method is
+/// offered, with the run's token as username; the password is ignored.
+async fn serve_socks<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs>) {
+    let handshake = tokio::time::timeout(HEAD_TIMEOUT, socks_handshake(&mut client, &runs)).await;
+    let (run, host_text, port) = match handshake {
+        Ok(Ok(Some(request))) => request,
+        Ok(Ok(None)) => return,
+        Ok(Err(why)) => {
+            tracing::warn!(target: "strata::egress", %why, "bad SOCKS5 request");
+            let _ = client.write_all(&socks_reply(0x01)).await;
+            return;
+        }
+        Err(_) => return,
+    };
+    let opened = match count_connection(&run, &host_text, port) {
+        Ok(()) => open_upstream(&run, &host_text, port).await,
+        Err(fail) => Err(fail),
+    };
+    let (addr, upstream) = match opened {
+        Ok(opened) => opened,
+        Err(fail) => {
+            let _ = client.write_all(&socks_reply(fail.socks_reply())).await;
+            let _ = client.shutdown().await;
+            return;
+        }
+    };
+    if client.write_all(&socks_reply(0x00)).await.is_err() {
+        return;
+    }
+    if let Err(limit) = splice(client, upstream, Vec::new(), &run).await {
+        refuse(&run, &host_text, port, Some(addr), Refusal::Budget(limit));
+    }
+}
+
+/// The SOCKS5 greeting, authentication and request. `Ok(None)`: refused and answered
+/// already (no acceptable method, wrong credential, a command other than `CONNECT`).
+async fn socks_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut S,
+    runs: &Weak<Runs>,
+) -> Result<Option<(Arc<RunState>, String, u16)>, String> {
+    let io = |err: io::Error| format!("read: {err}");
+    let nmethods = client.read_u8().await.map_err(io)?;
+    let mut methods = vec![0u8; usize::from(nmethods)];
+    client.read_exact(&mut methods).await.map_err(io)?;
+    if !methods.contains(&SOCKS_USERPASS) {
+        tracing::warn!(target: "strata::egress", "SOCKS5 client offers no username/password method");
+        let _ = client.write_all(&[SOCKS_VERSION, 0xff]).await;
+        return Ok(None);
+    }
+    client
+        .write_all(&[SOCKS_VERSION, SOCKS_USERPASS])
+        .await
+        .map_err(io)?;
+    if client.read_u8().await.map_err(io)? != 0x01 {
+        return Err("bad username/password subnegotiation version".into());
+    }
+    let ulen = client.read_u8().await.map_err(io)?;
+    let mut user = vec![0u8; usize::from(ulen)];
+    client.read_exact(&mut user).await.map_err(io)?;
+    let plen = client.read_u8().await.map_err(io)?;
+    let mut password = vec![0u8; usize::from(plen)];
+    client.read_exact(&mut password).await.map_err(io)?;
+    let run = std::str::from_utf8(&user)
+        .ok()
+        .and_then(|token| find_run(runs, token));
+    let Some(run) = run else {
+        tracing::warn!(target: "strata::egress", "missing or wrong SOCKS5 credential");
+        let _ = client.write_all(&[0x01, 0x01]).await;
+        return Ok(None);
+    };
+    client.write_all(&[0x01, 0x00]).await.map_err(io)?;
+    let mut request = [0u8; 4];
+    client.read_exact(&mut request).await.map_err(io)?;
+    let [version, command, reserved, atyp] = request;
+    if version != SOCKS_VERSION || reserved != 0 {
+        return Err("bad SOCKS5 request header".into());
+    }
+    let host_text = match atyp {
+        0x01 => {
+            let mut octets = [0u8; 4];
+            client.read_exact(&mut octets).await.map_err(io)?;
+            std::net::Ipv4Addr::from(octets).to_string()
+        }
+        0x04 => {
+            let mut octets = [0u8; 16];
+            client.read_exact(&mut octets).await.map_err(io)?;
+            // Displayed in the form `Host::parse` reads; an IPv4-mapped address displays
+            // as `::ffff:a.b.c.d`, which it refuses.
+            std::net::Ipv6Addr::from(octets).to_string()
+        }
+        0x03 => {
+            let len = client.read_u8().await.map_err(io)?;
+            let mut name = vec![0u8; usize::from(len)];
+            client.read_exact(&mut name).await.map_err(io)?;
+            // Not UTF-8: keep it visible in the log; `Host::parse` refuses it anyway.
+            String::from_utf8_lossy(&name).into_owned()
+        }
+        other => return Err(format!("unknown SOCKS5 address type {other}")),
+    };
+    let port = client.read_u16().await.map_err(io)?;
+    if command != 0x01 {
+        refuse(
+            &run,
+            &host_text,
+            port,
+            None,
+            Refusal::BadRequest(format!("SOCKS5 command {command} is not served")),
+        );
+        let _ = client.write_all(&socks_reply(0x07)).await;
+        return Ok(None);
+    }
+    if port == 0 {
+        refuse(
+            &run,
+            &host_text,
+            port,
+            None,
+            Refusal::BadRequest("port 0".into()),
+        );
+        let _ = client.write_all(&socks_reply(0x02)).await;
+        return Ok(None);
+    }
+    Ok(Some((run, host_text, port)))
 }
 
 /// Copies bytes both ways until both sides are done, counting them against the run's byte

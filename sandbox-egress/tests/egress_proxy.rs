@@ -511,3 +511,157 @@ async fn byte_flood_is_cut_by_the_byte_budget() {
         vec![Refusal::Budget(BudgetLimit::Bytes { max: 1000 })]
     );
 }
+
+/// A SOCKS5 client by hand: greeting with `methods`, then (if the proxy picked
+/// username/password) `user`, then a CONNECT to `atyp`+`addr`+`port`. Returns the reply
+/// code of the last step reached and the stream.
+async fn socks5(
+    proxy: SocketAddr,
+    methods: &[u8],
+    user: &str,
+    atyp: u8,
+    addr: &[u8],
+    port: u16,
+) -> (u8, TcpStream) {
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    let mut greeting = vec![5, methods.len() as u8];
+    greeting.extend_from_slice(methods);
+    stream.write_all(&greeting).await.unwrap();
+    let mut choice = [0u8; 2];
+    stream.read_exact(&mut choice).await.unwrap();
+    if choice[1] != 2 {
+        return (choice[1], stream);
+    }
+    let mut auth = vec![1, user.len() as u8];
+    auth.extend_from_slice(user.as_bytes());
+    auth.extend_from_slice(&[1, b'x']);
+    stream.write_all(&auth).await.unwrap();
+    let mut status = [0u8; 2];
+    stream.read_exact(&mut status).await.unwrap();
+    if status[1] != 0 {
+        return (0xee, stream);
+    }
+    let mut request = vec![5, 1, 0, atyp];
+    if atyp == 3 {
+        request.push(addr.len() as u8);
+    }
+    request.extend_from_slice(addr);
+    request.extend_from_slice(&port.to_be_bytes());
+    stream.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 10];
+    tokio::time::timeout(WAIT, stream.read_exact(&mut reply))
+        .await
+        .unwrap()
+        .unwrap();
+    (reply[1], stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5h_tunnel_reaches_allowed_echo_server() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let (code, mut stream) = socks5(addr, &[0, 2], grant.token(), 3, b"127.0.0.1", port).await;
+    assert_eq!(code, 0);
+    echo_roundtrip(&mut stream, b"socks by name").await;
+    let (code, mut stream) = socks5(addr, &[2], grant.token(), 1, &[127, 0, 0, 1], port).await;
+    assert_eq!(code, 0);
+    echo_roundtrip(&mut stream, b"socks by address").await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_nul_in_domain_name_does_not_match_a_wildcard() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) = proxy_with(
+        &[
+            format!("127.0.0.1/32:{port}"),
+            format!("*.allowed.example:{port}"),
+        ],
+        Budget::UNLIMITED,
+    )
+    .await;
+    let (code, _) = socks5(
+        addr,
+        &[2],
+        grant.token(),
+        3,
+        b"127.0.0.1\0.allowed.example",
+        port,
+    )
+    .await;
+    assert_eq!(code, 2, "connection not allowed by ruleset");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert!(matches!(
+        refusals(&grant.drain_log().0).as_slice(),
+        [Refusal::Policy(DenyReason::InvalidName { .. })]
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_ipv4_mapped_ipv6_cannot_smuggle_loopback() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, grant, addr) = proxy_with(
+        &[format!("[::/0]:{port}"), format!("0.0.0.0/0:{port}")],
+        Budget::UNLIMITED,
+    )
+    .await;
+    let mapped: std::net::Ipv6Addr = "::ffff:127.0.0.1".parse().unwrap();
+    let (code, _) = socks5(addr, &[2], grant.token(), 4, &mapped.octets(), port).await;
+    assert_eq!(code, 2);
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert!(matches!(
+        refusals(&grant.drain_log().0).as_slice(),
+        [Refusal::Policy(DenyReason::InvalidName { .. })]
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_without_the_run_credential_is_refused() {
+    let (port, accepted) = echo_server().await;
+    let (_proxy, _grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    // No username/password method offered: no acceptable method.
+    let (code, _) = socks5(addr, &[0], "", 1, &[127, 0, 0, 1], port).await;
+    assert_eq!(code, 0xff);
+    // A wrong token: authentication fails.
+    let (code, _) = socks5(addr, &[2], "not-the-token", 1, &[127, 0, 0, 1], port).await;
+    assert_eq!(code, 0xee);
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_socks5h_reaches_only_the_allowed_server() {
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("curl is not installed; skipping");
+        return;
+    }
+    let port = http_server().await;
+    let other = http_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let curl = |target: u16| {
+        let proxy_url = format!("socks5h://{}:x@{addr}", grant.token());
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args(["-sS", "--max-time", "10", "--noproxy", "", "-x"])
+                .arg(proxy_url)
+                .arg(format!("http://127.0.0.1:{target}/"))
+                .output()
+                .unwrap()
+        })
+    };
+    let ok = curl(port).await.unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(ok.stdout, b"ok");
+    let refused = curl(other).await.unwrap();
+    assert!(!refused.status.success());
+}
