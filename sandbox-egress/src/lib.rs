@@ -10,8 +10,8 @@
 //!
 //! Served today, on the same listeners (told apart by the first byte): HTTP
 //! `CONNECT host:port` and SOCKS5 `CONNECT` with names resolved by the proxy (`socks5h`),
-//! both as byte tunnels. Plain-HTTP proxying (absolute-URI requests) is not served yet
-//! (`405`). The SOCKS5 credential is the username/password method (RFC 1929) with the token
+//! both as byte tunnels, and plain-HTTP proxying of absolute `http://` URIs (one request
+//! per connection, see `serve_plain_http`). The SOCKS5 credential is the username/password method (RFC 1929) with the token
 //! as username; a client offering no such method is refused. Per connection the proxy
 //!
 //! 1. reads the request head under strict limits ([`MAX_HEAD_BYTES`], [`MAX_HEADERS`],
@@ -456,6 +456,9 @@ fn parse_head(raw: &[u8]) -> Result<Head, String> {
     else {
         return Err("the request line is not `METHOD TARGET VERSION`".into());
     };
+    if method.is_empty() || method.len() > 20 || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(format!("invalid method {method:?}"));
+    }
     if version != "HTTP/1.1" && version != "HTTP/1.0" {
         return Err(format!("unsupported version {version:?}"));
     }
@@ -765,14 +768,7 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
         return;
     }
     if head.method != "CONNECT" {
-        refuse(
-            &run,
-            &head.target,
-            0,
-            None,
-            Refusal::BadRequest(format!("method {:?} is not served", head.method)),
-        );
-        respond(&mut client, "405 Method Not Allowed", "Allow: CONNECT\r\n").await;
+        serve_plain_http(client, &run, head, early).await;
         return;
     }
     let (host_text, port) = match split_authority(&head.target) {
@@ -815,6 +811,183 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
     }
     if let Err(limit) = splice(client, upstream, early, &run).await {
         refuse(&run, host_text, port, Some(addr), Refusal::Budget(limit));
+    }
+}
+
+/// Splits an absolute `http://` URI into its authority and the origin-form target
+/// (`/path?query`). Fragments, userinfo (refused later by [`Host::parse`]), other schemes,
+/// and control characters or spaces in the path are refused.
+fn split_absolute_uri(target: &str) -> Result<(&str, String), String> {
+    let rest = match target.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("http://") => &target[7..],
+        _ => {
+            return Err(
+                "only absolute http:// URIs are proxied (HTTPS goes through CONNECT)".into(),
+            )
+        }
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if path.contains('#') {
+        return Err("a fragment in the request target".into());
+    }
+    if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err("a control character or space in the request target".into());
+    }
+    let path = if path.is_empty() {
+        "/".to_string()
+    } else if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+    Ok((authority, path))
+}
+
+/// Host text and port of an authority whose port may be omitted (then `default`).
+fn split_authority_default(authority: &str, default: u16) -> Result<(&str, u16), String> {
+    let bracketed_without_port = authority.starts_with('[') && authority.ends_with(']');
+    if bracketed_without_port {
+        return Ok((&authority[1..authority.len() - 1], default));
+    }
+    if !authority.starts_with('[') && !authority.contains(':') {
+        return Ok((authority, default));
+    }
+    split_authority(authority)
+}
+
+/// Hop-by-hop and proxy headers that are not forwarded (`Connection: close` is added).
+const DROPPED_HEADERS: [&str; 8] = [
+    "proxy-authorization",
+    "proxy-connection",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "host",
+];
+
+/// Plain-HTTP proxying of one absolute-URI request: exactly one request per connection.
+/// The body must be framed by a single `Content-Length` (`Transfer-Encoding` is refused,
+/// `501`), only that many bytes are forwarded, anything the client sends after them is
+/// dropped (no second request reaches the pinned address under another `Host`), and the
+/// upstream gets `Connection: close`.
+async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
+    mut client: S,
+    run: &RunState,
+    head: Head,
+    early: Vec<u8>,
+) {
+    let bad = |why: String| {
+        refuse(run, &head.target, 0, None, Refusal::BadRequest(why));
+    };
+    let (authority, path) = match split_absolute_uri(&head.target) {
+        Ok(split) => split,
+        Err(why) => {
+            bad(why);
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+    };
+    let (host_text, port) = match split_authority_default(authority, 80) {
+        Ok(split) => split,
+        Err(why) => {
+            bad(why);
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+    };
+    let mut length: Option<u64> = None;
+    for (name, value) in &head.headers {
+        let problem = match name.as_str() {
+            "transfer-encoding" => Some("Transfer-Encoding is not proxied".to_string()),
+            "content-length" if length.is_some() => Some("two Content-Length headers".into()),
+            "content-length" => match value.parse::<u64>() {
+                Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => {
+                    length = Some(n);
+                    None
+                }
+                _ => Some(format!("invalid Content-Length {value:?}")),
+            },
+            "host" => match split_authority_default(value, 80) {
+                Ok((h, p))
+                    if p == port
+                        && Host::parse(h).is_ok()
+                        && Host::parse(h) == Host::parse(host_text) =>
+                {
+                    None
+                }
+                _ => Some(format!(
+                    "the Host header {value:?} differs from the request URI"
+                )),
+            },
+            _ => None,
+        };
+        if let Some(why) = problem {
+            let status = if name == "transfer-encoding" {
+                "501 Not Implemented"
+            } else {
+                "400 Bad Request"
+            };
+            refuse(run, host_text, port, None, Refusal::BadRequest(why));
+            respond(&mut client, status, "").await;
+            return;
+        }
+    }
+    let (addr, upstream) = match open_upstream(run, host_text, port).await {
+        Ok(opened) => opened,
+        Err(fail) => {
+            respond(&mut client, fail.http_status(), "").await;
+            return;
+        }
+    };
+    let mut request = format!("{} {path} HTTP/1.1\r\nhost: {authority}\r\n", head.method);
+    for (name, value) in &head.headers {
+        if !DROPPED_HEADERS.contains(&name.as_str()) {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    request.push_str("connection: close\r\n\r\n");
+    let body = length.unwrap_or(0);
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut up_read, mut up_write) = upstream.into_split();
+    let up = async {
+        run.take_bytes(request.len() as u64).map_err(Stop::Budget)?;
+        up_write
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|_| Stop::Io)?;
+        let early_body = early.len().min(usize::try_from(body).unwrap_or(usize::MAX));
+        if early_body > 0 {
+            run.take_bytes(early_body as u64).map_err(Stop::Budget)?;
+            up_write
+                .write_all(&early[..early_body])
+                .await
+                .map_err(|_| Stop::Io)?;
+        }
+        let mut left = body - early_body as u64;
+        let mut buf = vec![0u8; SPLICE_BUF];
+        while left > 0 {
+            let want = usize::try_from(left).unwrap_or(SPLICE_BUF).min(SPLICE_BUF);
+            let n = client_read
+                .read(&mut buf[..want])
+                .await
+                .map_err(|_| Stop::Io)?;
+            if n == 0 {
+                return Err(Stop::Io);
+            }
+            run.take_bytes(n as u64).map_err(Stop::Budget)?;
+            up_write.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
+            left -= n as u64;
+        }
+        // Keep the upstream write side open (some servers treat a half-close as an
+        // abort); nothing more from the client is forwarded.
+        Ok::<_, Stop>(up_write)
+    };
+    let down = copy(&mut up_read, &mut client_write, run);
+    if let Err(Stop::Budget(limit)) = tokio::try_join!(up, down) {
+        refuse(run, host_text, port, Some(addr), Refusal::Budget(limit));
     }
 }
 
@@ -1027,6 +1200,7 @@ mod tests {
         assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nX: a\r\n b\r\n\r\n").is_err());
         assert!(parse_head(b"CONNECT  a.com:443 HTTP/1.1\r\n\r\n").is_err());
         assert!(parse_head(b"CONNECT a.com:443 HTTP/2\r\n\r\n").is_err());
+        assert!(parse_head(b"GET\0 http://a.com/ HTTP/1.1\r\n\r\n").is_err());
     }
 
     #[test]

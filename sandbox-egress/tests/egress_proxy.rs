@@ -665,3 +665,174 @@ async fn curl_socks5h_reaches_only_the_allowed_server() {
     let refused = curl(other).await.unwrap();
     assert!(!refused.status.success());
 }
+
+/// A loopback HTTP server that keeps everything each connection sent (reading for a
+/// moment past the head, to catch anything smuggled after it), then answers `ok`.
+async fn recording_http_server() -> (u16, Arc<std::sync::Mutex<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let _ = tokio::time::timeout(Duration::from_millis(300), async {
+                    loop {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                })
+                .await;
+                record.lock().unwrap().extend_from_slice(&buf);
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
+            });
+        }
+    });
+    (port, seen)
+}
+
+async fn read_to_end(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_request_reaches_allowed_server_without_the_credential() {
+    let (port, seen) = recording_http_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST http://127.0.0.1:{port}/submit?x=1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {}\r\nContent-Length: 4\r\n\r\nbody",
+        grant.proxy_authorization()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let response = read_to_end(&mut stream).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("ok"), "{response}");
+    let seen = String::from_utf8(seen.lock().unwrap().clone()).unwrap();
+    assert!(seen.starts_with("POST /submit?x=1 HTTP/1.1\r\n"), "{seen}");
+    assert!(seen.ends_with("\r\n\r\nbody"), "{seen}");
+    assert!(
+        !seen.to_ascii_lowercase().contains("proxy-authorization"),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains(grant.token()),
+        "the credential leaked upstream: {seen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_pipelined_second_request_to_another_host_is_not_forwarded() {
+    let (port, seen) = recording_http_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let auth = grant.proxy_authorization();
+    let head = format!(
+        "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nProxy-Authorization: {auth}\r\n\r\nGET http://evil.example/ HTTP/1.1\r\nHost: evil.example\r\nProxy-Authorization: {auth}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let response = read_to_end(&mut stream).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let seen = String::from_utf8(seen.lock().unwrap().clone()).unwrap();
+    assert_eq!(seen.matches("HTTP/1.1\r\n").count(), 1, "{seen}");
+    assert!(!seen.contains("evil"), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_smuggling_shapes_are_refused() {
+    let (port, seen) = recording_http_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let auth = grant.proxy_authorization();
+    for (extra, status) in [
+        ("Transfer-Encoding: chunked\r\n", 501),
+        ("Content-Length: 4\r\nContent-Length: 5\r\n", 400),
+        ("Content-Length: +4\r\n", 400),
+        ("Host: evil.example\r\n", 400),
+    ] {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST http://127.0.0.1:{port}/ HTTP/1.1\r\n{extra}Proxy-Authorization: {auth}\r\n\r\n"
+        );
+        assert_eq!(
+            send_head(stream, head.as_bytes()).await.0,
+            status,
+            "{extra}"
+        );
+    }
+    for target in [
+        format!("https://127.0.0.1:{port}/"),
+        format!("http://user@127.0.0.1:{port}/"),
+        format!("http://2130706433:{port}/"),
+        format!("http://127.0.0.1:{port}/#frag"),
+        "/relative".to_string(),
+    ] {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let head = format!("GET {target} HTTP/1.1\r\nProxy-Authorization: {auth}\r\n\r\n");
+        let status = send_head(stream, head.as_bytes()).await.0;
+        assert!(status == 400 || status == 403, "{target}: {status}");
+    }
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_plain_http_proxy_reaches_only_the_allowed_server() {
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("curl is not installed; skipping");
+        return;
+    }
+    let port = http_server().await;
+    let other = http_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let curl = |target: u16| {
+        let proxy_url = grant.proxy_url(addr);
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args([
+                    "-sS",
+                    "--max-time",
+                    "10",
+                    "--noproxy",
+                    "",
+                    "-o",
+                    "-",
+                    "-w",
+                    " %{http_code}",
+                    "-x",
+                ])
+                .arg(proxy_url)
+                .arg(format!("http://127.0.0.1:{target}/"))
+                .output()
+                .unwrap()
+        })
+    };
+    let ok = curl(port).await.unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "ok 200");
+    let refused = curl(other).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&refused.stdout), " 403");
+}
