@@ -44,6 +44,7 @@ use base64::Engine as _;
 use sandbox_core::egress::{Decision, DenyReason, EgressPolicy, Host};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 /// Longest request head (request line and headers, with the final blank line), in bytes.
@@ -57,6 +58,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most entries a run's log keeps between drains; later ones are counted, not kept, so a
 /// flood of refused requests cannot grow the host's memory without bound.
 pub const MAX_LOG_ENTRIES: usize = 10_000;
+/// Most client connections served at once by one proxy (all runs together, tunnels
+/// included); past it new connections are closed at once, so unauthenticated clients
+/// cannot exhaust the host's file descriptors.
+pub const MAX_CLIENTS: usize = 4096;
 /// Size of the splice buffer per direction.
 const SPLICE_BUF: usize = 16 * 1024;
 /// The realm of the `407` challenge.
@@ -244,6 +249,7 @@ impl EgressProxy {
             ));
         }
         let runs: Arc<Runs> = Arc::default();
+        let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
         let mut proxy = EgressProxy {
             runs: runs.clone(),
             tcp_addr: None,
@@ -256,12 +262,13 @@ impl EgressProxy {
                     let tcp = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
                     proxy.tcp_addr = Some(tcp.local_addr()?);
                     let runs = Arc::downgrade(&runs);
+                    let clients = clients.clone();
                     proxy.tasks.push(tokio::spawn(async move {
                         loop {
                             match tcp.accept().await {
                                 Ok((stream, peer)) => {
                                     tracing::debug!(target: "strata::egress", %peer, "accepted");
-                                    tokio::spawn(serve(stream, runs.clone()));
+                                    spawn_client(stream, runs.clone(), &clients);
                                 }
                                 Err(err) => accept_error(err).await,
                             }
@@ -272,11 +279,12 @@ impl EgressProxy {
                     let unix = UnixListener::bind(path)?;
                     proxy.unix_path = Some(path.clone());
                     let runs = Arc::downgrade(&runs);
+                    let clients = clients.clone();
                     proxy.tasks.push(tokio::spawn(async move {
                         loop {
                             match unix.accept().await {
                                 Ok((stream, _)) => {
-                                    tokio::spawn(serve(stream, runs.clone()));
+                                    spawn_client(stream, runs.clone(), &clients);
                                 }
                                 Err(err) => accept_error(err).await,
                             }
@@ -392,6 +400,26 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Serves a client on its own task if fewer than [`MAX_CLIENTS`] are being served;
+/// otherwise closes it at once.
+fn spawn_client<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
+    runs: Weak<Runs>,
+    clients: &Arc<Semaphore>,
+) {
+    match clients.clone().try_acquire_owned() {
+        Ok(permit) => {
+            tokio::spawn(async move {
+                serve(stream, runs).await;
+                drop(permit);
+            });
+        }
+        Err(_) => {
+            tracing::warn!(target: "strata::egress", max = MAX_CLIENTS, "too many clients; closing");
+        }
     }
 }
 
