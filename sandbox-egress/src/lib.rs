@@ -658,9 +658,12 @@ async fn open_upstream(
         return Err(Fail::Forbidden);
     }
     // Resolve once. `tokio::net::lookup_host` (the system resolver, getaddrinfo on a
-    // blocking thread) rather than hickory-resolver for now: it needs no new dependency
-    // tree, and it gets the absolute name (`name.`) so no search domain is appended. The
-    // sandbox never talks to a resolver itself; only this host-side lookup happens.
+    // blocking thread) rather than hickory-resolver for now: hickory 0.26 pulls moka, ring
+    // and parking_lot and changes the workspace's feature unification (tracing,
+    // once_cell), which rebuilds wasmtime. It gets the absolute name (`name.`) so no search
+    // domain is appended; glibc does not look absolute names up in /etc/hosts, so a name
+    // only listed there does not resolve (fails closed: `Unresolvable`). The sandbox never
+    // talks to a resolver itself; only this host-side lookup happens.
     let candidates: Vec<IpAddr> = match (&host, host.resolver_name()) {
         (Host::Ip(ip), _) => vec![*ip],
         (Host::Name(_), None) => Vec::new(),
