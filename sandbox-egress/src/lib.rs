@@ -840,9 +840,10 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
     {
         return;
     }
-    if let Err(limit) = splice(client, upstream, early, &run).await {
+    splice(client, upstream, early, &run, |limit| {
         refuse(&run, host_text, port, Some(addr), Refusal::Budget(limit));
-    }
+    })
+    .await;
 }
 
 /// Splits an absolute `http://` URI into its authority and the origin-form target
@@ -1062,9 +1063,10 @@ async fn serve_socks<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Wea
     if client.write_all(&socks_reply(0x00)).await.is_err() {
         return;
     }
-    if let Err(limit) = splice(client, upstream, Vec::new(), &run).await {
+    splice(client, upstream, Vec::new(), &run, |limit| {
         refuse(&run, &host_text, port, Some(addr), Refusal::Budget(limit));
-    }
+    })
+    .await;
 }
 
 /// The SOCKS5 greeting, authentication and request. `Ok(None)`: refused and answered
@@ -1159,13 +1161,15 @@ async fn socks_handshake<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Copies bytes both ways until both sides are done, counting them against the run's byte
-/// budget. Exceeding it drops both sides (the connection closes) and returns the limit.
+/// budget. Exceeding it calls `on_budget` (which logs it) and then drops both sides, so the
+/// log has the reason before the client sees the connection close.
 async fn splice<S: AsyncRead + AsyncWrite + Unpin>(
     client: S,
     upstream: TcpStream,
     early: Vec<u8>,
     run: &RunState,
-) -> Result<(), BudgetLimit> {
+    on_budget: impl FnOnce(BudgetLimit),
+) {
     let (mut client_read, mut client_write) = tokio::io::split(client);
     let (mut up_read, mut up_write) = upstream.into_split();
     let up = async {
@@ -1176,9 +1180,8 @@ async fn splice<S: AsyncRead + AsyncWrite + Unpin>(
         copy(&mut client_read, &mut up_write, run).await
     };
     let down = copy(&mut up_read, &mut client_write, run);
-    match tokio::try_join!(up, down) {
-        Ok(_) | Err(Stop::Io) => Ok(()),
-        Err(Stop::Budget(limit)) => Err(limit),
+    if let Err(Stop::Budget(limit)) = tokio::try_join!(up, down) {
+        on_budget(limit);
     }
 }
 

@@ -459,9 +459,12 @@ async fn connection_flood_is_cut_by_the_connection_budget() {
     };
     let (_proxy, grant, addr) = proxy_with(&[format!("127.0.0.1/32:{port}")], budget).await;
     let target = format!("127.0.0.1:{port}");
-    let (a, _sa) = connect(addr, &grant, &target).await;
-    let (b, _sb) = connect(addr, &grant, &target).await;
+    let (a, mut sa) = connect(addr, &grant, &target).await;
+    let (b, mut sb) = connect(addr, &grant, &target).await;
     assert_eq!((a, b), (200, 200));
+    // The echo server has accepted both once they answer.
+    echo_roundtrip(&mut sa, b"one").await;
+    echo_roundtrip(&mut sb, b"two").await;
     for _ in 0..5 {
         assert_eq!(connect(addr, &grant, &target).await.0, 429);
     }
