@@ -683,6 +683,17 @@ async fn recording_http_server() -> (u16, Arc<std::sync::Mutex<Vec<u8>>>) {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
+                // The head, however slow the machine...
+                let _ = tokio::time::timeout(WAIT, async {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                })
+                .await;
+                // ...then whatever follows it for a moment.
                 let _ = tokio::time::timeout(Duration::from_millis(300), async {
                     loop {
                         match stream.read(&mut chunk).await {
