@@ -617,6 +617,13 @@ pub struct Limits {
     /// CPU bandwidth in cores (a cgroup quota: 0.5 = half of one core). Default: 1.0, so a
     /// runaway tool leaves the rest of the host responsive.
     pub cpus: f64,
+    /// Bytes the run may move through the egress proxy (both directions, all connections
+    /// together) under a network allowlist. Past it the connection at hand is closed and
+    /// later ones refused ([`crate::LimitKind::EgressBytes`]); the run goes on. Default: 1 GiB.
+    pub egress_bytes: ByteSize,
+    /// Connections the run may ask the egress proxy for (allowed or refused). Past it they
+    /// are refused ([`crate::LimitKind::EgressConnections`]). Default: 1024.
+    pub egress_connections: u32,
 }
 
 // `cpus` is a plain positive float (validated), so equality is exact comparison.
@@ -635,6 +642,8 @@ impl Default for Limits {
             disk: ByteSize::mib(64),
             address_space: None,
             cpus: 1.0,
+            egress_bytes: ByteSize::gib(1),
+            egress_connections: 1024,
         }
     }
 }

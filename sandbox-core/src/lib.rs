@@ -45,7 +45,8 @@ pub use grant::{
 };
 pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput, TrapKind};
 pub use receipt::{
-    Capability, Denial, Enforcement, Gap, IdentityReceipt, IdentitySource, Mechanism, Receipt,
+    Capability, Denial, EgressDecision, EgressRefusal, Enforcement, Gap, IdentityReceipt,
+    IdentitySource, Mechanism, NetworkReceipt, Receipt,
 };
 pub use report::{EndReason, LandlockStatus, SetupStage};
 pub use size::ByteSize;

@@ -106,6 +106,10 @@ pub enum Field {
     AddressSpace,
     /// `limits.cpus`: CPU bandwidth in cores.
     Cpus,
+    /// `limits.egress_bytes`: bytes through the egress proxy.
+    EgressBytes,
+    /// `limits.egress_connections`: connections through the egress proxy.
+    EgressConnections,
     /// `container`: the whole container spec (schema form).
     Container,
     /// `container.image`.
@@ -401,6 +405,20 @@ pub const CAPS: &[Name<Field>] = &[
         &[],
     ),
     row(Field::Cpus, Some("limits.cpus"), Some("cpus"), Some("cpus"), &[]),
+    row(
+        Field::EgressBytes,
+        Some("limits.egress_bytes"),
+        Some("egress_bytes"),
+        Some("egressBytes"),
+        &["--egress-bytes"],
+    ),
+    row(
+        Field::EgressConnections,
+        Some("limits.egress_connections"),
+        Some("egress_connections"),
+        Some("egressConnections"),
+        &["--egress-connections"],
+    ),
     with(
         row(Field::Container, Some("container"), Some("container"), None, &[]),
         &[],

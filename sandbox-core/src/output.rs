@@ -113,6 +113,10 @@ pub enum LimitKind {
     Fuel,
     /// Open descriptors (the wasm backend's WASI descriptor table is full).
     OpenFiles,
+    /// Bytes through the egress proxy ([`crate::Limits::egress_bytes`]).
+    EgressBytes,
+    /// Connections through the egress proxy ([`crate::Limits::egress_connections`]).
+    EgressConnections,
 }
 
 impl LimitKind {
@@ -128,6 +132,8 @@ impl LimitKind {
             LimitKind::FileSize => "file_size",
             LimitKind::Fuel => "fuel",
             LimitKind::OpenFiles => "open_files",
+            LimitKind::EgressBytes => "egress_bytes",
+            LimitKind::EgressConnections => "egress_connections",
         }
     }
 }

@@ -30,6 +30,84 @@ pub struct Receipt {
     /// backends without host identities (wasm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<IdentityReceipt>,
+    /// For runs under a network allowlist: every egress decision. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkReceipt>,
+}
+
+/// What the egress enforcement of a run under [`crate::Net::Allow`] decided.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NetworkReceipt {
+    /// Where the tool reached the egress proxy, as the tool saw it (`127.0.0.1:3128`), or
+    /// the enforcing layer when there is no proxy (`wasi:sockets`). Never a credential.
+    pub enforcer: String,
+    /// The allowlist, as written.
+    pub rules: Vec<String>,
+    /// Connection requests the run made (allowed or refused).
+    pub connections: u64,
+    /// Bytes moved through allowed connections, both directions.
+    pub bytes: u64,
+    /// Every decision, oldest first (at most 10 000; see `dropped`).
+    pub decisions: Vec<EgressDecision>,
+    /// Decisions past the cap, counted but not kept.
+    pub dropped: u64,
+}
+
+/// One allow or deny decision of the egress enforcement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EgressDecision {
+    /// The host as the tool asked for it (possibly invalid, hence refused).
+    pub host: String,
+    /// The port as the tool asked for it (0 if it was not a valid port).
+    pub port: u16,
+    /// The address the decision concerned (resolved and pinned for an allowed name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<std::net::IpAddr>,
+    /// Whether the connection was allowed (a budget may still cut it later: then a second
+    /// decision with `refusal: budget` follows).
+    pub allowed: bool,
+    /// The rule that allowed it, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Why it was refused, by family.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<EgressRefusal>,
+    /// For a budget refusal: which limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<crate::LimitKind>,
+    /// Why it was refused, for people (names the rule, range or limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The family of an egress refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EgressRefusal {
+    /// No rule admits the host or port, or the address is in an always-denied range.
+    Policy,
+    /// The request was malformed (bad authority, a host the strict parser refuses).
+    BadRequest,
+    /// The name did not resolve.
+    Unresolvable,
+    /// No allowed address accepted the connection.
+    ConnectFailed,
+    /// A budget was exhausted (`limit` says which).
+    Budget,
+}
+
+impl EgressRefusal {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressRefusal::Policy => "policy",
+            EgressRefusal::BadRequest => "bad_request",
+            EgressRefusal::Unresolvable => "unresolvable",
+            EgressRefusal::ConnectFailed => "connect_failed",
+            EgressRefusal::Budget => "budget",
+        }
+    }
 }
 
 /// The host identity of a run's tool.
@@ -87,6 +165,7 @@ impl Receipt {
             denials: Vec::new(),
             container: None,
             identity: None,
+            network: None,
         }
     }
 
@@ -240,6 +319,8 @@ pub enum Mechanism {
     Runtime,
     /// The WebAssembly runtime: wasmtime's limits, fuel, epochs and WASI's capabilities.
     Wasm,
+    /// Strata's host-side egress proxy: allowlist, address pinning, budgets.
+    Proxy,
 }
 
 impl Mechanism {
@@ -262,6 +343,7 @@ impl Mechanism {
             Mechanism::Image => "image",
             Mechanism::Runtime => "runtime",
             Mechanism::Wasm => "wasm",
+            Mechanism::Proxy => "proxy",
         }
     }
 }

@@ -21,8 +21,8 @@
 //!    host with [`Host::parse`], the same strict parser the rules went through: anything it
 //!    refuses is refused (`403`) without any resolution;
 //! 3. asks [`EgressPolicy::check_name`]; a name no rule admits is never resolved;
-//! 4. resolves the name once ([`Host::resolver_name`], absolute, so no search domain is
-//!    appended), checks every address with [`EgressPolicy::check_addr`] and connects only to
+//! 4. resolves the name once ([`resolve::resolve`]: the hosts file, then the absolute name,
+//!    so no search domain is appended), checks every address with [`EgressPolicy::check_addr`] and connects only to
 //!    an allowed one, which stays pinned for the connection (no second resolution, so no
 //!    DNS rebinding);
 //! 5. splices bytes both ways, counting them against the run's byte budget.
@@ -46,6 +46,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
+
+mod decision;
+pub mod resolve;
 
 /// Longest request head (request line and headers, with the final blank line), in bytes.
 pub const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -234,24 +237,23 @@ type Runs = Mutex<HashMap<String, Arc<RunState>>>;
 #[derive(Debug)]
 pub struct EgressProxy {
     runs: Arc<Runs>,
+    clients: Arc<Semaphore>,
+    runtime: tokio::runtime::Handle,
     tcp_addr: Option<SocketAddr>,
     unix_path: Option<PathBuf>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl EgressProxy {
-    /// Starts listening on every listener given (at least one).
+    /// Starts listening on every listener given. With none, the proxy serves only the
+    /// per-run listeners handed to [`EgressProxy::attach`].
     pub async fn bind(listen: &[Listen]) -> io::Result<EgressProxy> {
-        if listen.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the egress proxy needs at least one listener",
-            ));
-        }
         let runs: Arc<Runs> = Arc::default();
         let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
         let mut proxy = EgressProxy {
             runs: runs.clone(),
+            clients: clients.clone(),
+            runtime: tokio::runtime::Handle::current(),
             tcp_addr: None,
             unix_path: None,
             tasks: Vec::new(),
@@ -325,6 +327,52 @@ impl EgressProxy {
             state,
             runs: Arc::downgrade(&self.runs),
         })
+    }
+}
+
+impl EgressProxy {
+    /// Serves `listener` for the run of `grant` only: a listener bound inside one
+    /// sandbox's network namespace and passed out, so the sandbox's only way out is this
+    /// proxy. Clients on it still need the run's credential, and no other run's credential
+    /// works on it. Callable from any thread (the proxy keeps its runtime's handle).
+    /// Serving stops when the returned [`Attached`] drops.
+    pub fn attach(
+        &self,
+        listener: std::net::TcpListener,
+        grant: &RunGrant,
+    ) -> io::Result<Attached> {
+        listener.set_nonblocking(true)?;
+        let _entered = self.runtime.enter();
+        let tcp = TcpListener::from_std(listener)?;
+        let runs: Arc<Runs> = Arc::default();
+        lock(&runs).insert(grant.token.clone(), grant.state.clone());
+        let weak = Arc::downgrade(&runs);
+        let clients = self.clients.clone();
+        let task = self.runtime.spawn(async move {
+            loop {
+                match tcp.accept().await {
+                    Ok((stream, _)) => spawn_client(stream, weak.clone(), &clients),
+                    Err(err) => accept_error(err).await,
+                }
+            }
+        });
+        Ok(Attached { task, runs })
+    }
+}
+
+/// A run's own listener being served (see [`EgressProxy::attach`]). Dropping it closes the
+/// listener and refuses new connections on it; tunnels already open run on until either
+/// side closes or the run's budget is spent.
+#[derive(Debug)]
+pub struct Attached {
+    task: JoinHandle<()>,
+    runs: Arc<Runs>,
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.task.abort();
+        lock(&self.runs).clear();
     }
 }
 
@@ -657,39 +705,18 @@ async fn open_upstream(
         refuse(run, host_text, port, None, Refusal::Policy(reason));
         return Err(Fail::Forbidden);
     }
-    // Resolve once. `tokio::net::lookup_host` (the system resolver, getaddrinfo on a
-    // blocking thread) rather than hickory-resolver for now: hickory 0.26 pulls moka, ring
-    // and parking_lot and changes the workspace's feature unification (tracing,
-    // once_cell), which rebuilds wasmtime. It gets the absolute name (`name.`) so no search
-    // domain is appended; glibc does not look absolute names up in /etc/hosts, so a name
-    // only listed there does not resolve (fails closed: `Unresolvable`). The sandbox never
-    // talks to a resolver itself; only this host-side lookup happens.
-    let candidates: Vec<IpAddr> = match (&host, host.resolver_name()) {
-        (Host::Ip(ip), _) => vec![*ip],
-        (Host::Name(_), None) => Vec::new(),
-        (Host::Name(_), Some(name)) => {
-            let resolved = tokio::net::lookup_host((name.as_str(), port)).await;
-            match resolved {
-                Ok(addrs) => {
-                    let mut ips: Vec<IpAddr> = Vec::new();
-                    for addr in addrs {
-                        if !ips.contains(&addr.ip()) {
-                            ips.push(addr.ip());
-                        }
-                    }
-                    ips
-                }
-                Err(err) => {
-                    refuse(
-                        run,
-                        host_text,
-                        port,
-                        None,
-                        Refusal::Unresolvable(err.to_string()),
-                    );
-                    return Err(Fail::Unresolvable);
-                }
-            }
+    // Resolve once: the hosts file, then the absolute name (see `resolve`).
+    let candidates = match resolve::resolve(&host, port).await {
+        Ok(ips) => ips,
+        Err(err) => {
+            refuse(
+                run,
+                host_text,
+                port,
+                None,
+                Refusal::Unresolvable(err.to_string()),
+            );
+            return Err(Fail::Unresolvable);
         }
     };
     if candidates.is_empty() {

@@ -850,3 +850,73 @@ async fn curl_plain_http_proxy_reaches_only_the_allowed_server() {
     let refused = curl(other).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&refused.stdout), " 403");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_runs_credential_is_refused_on_a_runs_own_listener() {
+    let (port, accepted) = echo_server().await;
+    let proxy = EgressProxy::bind(&[]).await.unwrap();
+    let rules = [format!("127.0.0.1/32:{port}")];
+    let mine = proxy.register(policy(&rules), Budget::UNLIMITED).unwrap();
+    let other = proxy.register(policy(&rules), Budget::UNLIMITED).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let attached = proxy.attach(listener, &mine).unwrap();
+    let target = format!("127.0.0.1:{port}");
+
+    let (status, _) = connect(addr, &other, &target).await;
+    assert_eq!(status, 407, "another run's credential must not work here");
+    let (status, _) = connect_raw(addr, &target, None).await;
+    assert_eq!(status, 407, "no credential");
+    let (status, mut tunnel) = connect(addr, &mine, &target).await;
+    assert_eq!(status, 200);
+    echo_roundtrip(&mut tunnel, b"through the run's own listener").await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    let receipt = mine.receipt("127.0.0.1:3128", rules.to_vec());
+    assert_eq!(receipt.decisions.len(), 1, "{receipt:?}");
+    assert!(receipt.decisions[0].allowed);
+    assert_eq!(
+        receipt.decisions[0].rule.as_deref(),
+        Some(rules[0].as_str())
+    );
+
+    drop(attached);
+    // The accept task is aborted: the listener closes, so new clients are refused.
+    let refused = tokio::time::timeout(WAIT, async {
+        loop {
+            match TcpStream::connect(addr).await {
+                Err(_) => return,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await;
+    assert!(refused.is_ok(), "the listener kept accepting after detach");
+}
+
+#[tokio::test]
+async fn budget_cuts_become_typed_receipt_limits() {
+    let (port, _) = echo_server().await;
+    let rules = [format!("127.0.0.1/32:{port}")];
+    let budget = Budget {
+        max_connections: Some(1),
+        max_bytes: None,
+    };
+    let (_proxy, grant, addr) = proxy_with(&rules, budget).await;
+    let target = format!("127.0.0.1:{port}");
+    let (status, _first) = connect(addr, &grant, &target).await;
+    assert_eq!(status, 200);
+    let (status, _) = connect(addr, &grant, &target).await;
+    assert_eq!(status, 429);
+    let receipt = grant.receipt("test", rules.to_vec());
+    let cut = receipt
+        .decisions
+        .iter()
+        .find(|d| !d.allowed)
+        .expect("a refusal");
+    assert_eq!(
+        cut.refusal,
+        Some(sandbox_core::receipt::EgressRefusal::Budget)
+    );
+    assert_eq!(cut.limit, Some(sandbox_core::LimitKind::EgressConnections));
+    assert_eq!(receipt.connections, 2);
+}

@@ -1,0 +1,56 @@
+//! The proxy's log in the receipt's vocabulary ([`sandbox_core::NetworkReceipt`]).
+
+use sandbox_core::receipt::{EgressDecision, EgressRefusal, NetworkReceipt};
+use sandbox_core::LimitKind;
+
+use crate::{BudgetLimit, EgressEvent, Outcome, Refusal, RunGrant};
+
+impl EgressEvent {
+    /// This decision as a receipt entry.
+    pub fn to_decision(&self) -> EgressDecision {
+        let (allowed, rule, refusal, limit, reason) = match &self.outcome {
+            Outcome::Allowed { rule } => (true, Some(rule.clone()), None, None, None),
+            Outcome::Refused(why) => {
+                let (family, limit) = match why {
+                    Refusal::Policy(_) => (EgressRefusal::Policy, None),
+                    Refusal::BadRequest(_) => (EgressRefusal::BadRequest, None),
+                    Refusal::Unresolvable(_) => (EgressRefusal::Unresolvable, None),
+                    Refusal::ConnectFailed(_) => (EgressRefusal::ConnectFailed, None),
+                    Refusal::Budget(BudgetLimit::Bytes { .. }) => {
+                        (EgressRefusal::Budget, Some(LimitKind::EgressBytes))
+                    }
+                    Refusal::Budget(BudgetLimit::Connections { .. }) => {
+                        (EgressRefusal::Budget, Some(LimitKind::EgressConnections))
+                    }
+                };
+                (false, None, Some(family), limit, Some(why.to_string()))
+            }
+        };
+        EgressDecision {
+            host: self.host.clone(),
+            port: self.port,
+            addr: self.addr,
+            allowed,
+            rule,
+            refusal,
+            limit,
+            reason,
+        }
+    }
+}
+
+impl RunGrant {
+    /// Drains the run's log into a receipt section. `enforcer` says where the tool reached
+    /// the proxy (never the credential); `rules` is the allowlist as written.
+    pub fn receipt(&self, enforcer: impl Into<String>, rules: Vec<String>) -> NetworkReceipt {
+        let (events, dropped) = self.drain_log();
+        NetworkReceipt {
+            enforcer: enforcer.into(),
+            rules,
+            connections: self.connections(),
+            bytes: self.bytes(),
+            decisions: events.iter().map(EgressEvent::to_decision).collect(),
+            dropped,
+        }
+    }
+}
