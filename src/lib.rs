@@ -40,11 +40,12 @@ pub use sandbox_core::StdinSource;
 pub use sandbox_core::{
     backend, caps, error, grant, output, receipt, report, size, spec, tool, Access, Backend,
     BackendKind, BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,
-    ContainerRuntime, ContainerSpec, Denial, DoctorReport, EndReason, Enforcement, Error,
-    ErrorKind, ExitStatus, Gap, IdentityReceipt, IdentitySource, LandlockStatus, LimitKind, Limits,
-    Mechanism, Mount, MountRole, MountSpec, Net, NetRule, OutputSink, Receipt, ResourceUsage,
-    Result, RunContext, RunOutput, RunSpec, ScriptLanguage, SetupStage, Stream, Strictness,
-    SystemDirs, Tool, TrapKind, RUN_SPEC_VERSION, STDIN_BUFFER,
+    ContainerRuntime, ContainerSpec, Denial, DoctorReport, EgressDecision, EgressRefusal,
+    EndReason, Enforcement, Error, ErrorKind, ExitStatus, Gap, IdentityReceipt, IdentitySource,
+    LandlockStatus, LimitKind, Limits, Mechanism, Mount, MountRole, MountSpec, Net, NetRule,
+    NetworkReceipt, OutputSink, Receipt, ResourceUsage, Result, RunContext, RunOutput, RunSpec,
+    ScriptLanguage, SetupStage, Stream, Strictness, SystemDirs, Tool, TrapKind, RUN_SPEC_VERSION,
+    STDIN_BUFFER,
 };
 /// The names of every caps field in each dialect, and the generated JSON Schemas.
 pub use sandbox_core::{names, schema};

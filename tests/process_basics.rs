@@ -245,12 +245,16 @@ fn unknown_program_is_an_exec_error() {
 }
 
 #[test]
-fn allowlist_network_fails_closed_until_the_proxy_exists() {
-    let caps = Caps::new().net(Net::Allow(vec!["example.com:443".parse().expect("rule")]));
+fn allowlist_rule_wildcarding_a_public_suffix_is_refused_before_anything_runs() {
+    let rule = strata::NetRule {
+        host: "*.co.uk".into(),
+        port: Some(443),
+    };
+    let caps = Caps::new().net(Net::Allow(vec![rule]));
     let err = sandbox()
         .run(&Tool::command(["true"]), &caps)
         .expect_err("refused");
-    assert_eq!(err.kind(), ErrorKind::Unenforceable);
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
 }
 
 #[test]

@@ -331,6 +331,20 @@ impl EgressProxy {
 }
 
 impl EgressProxy {
+    /// A proxy without listeners of its own, serving only the per-run listeners handed to
+    /// [`EgressProxy::attach`], on `runtime`. Callable from any thread, inside a runtime
+    /// or not.
+    pub fn attach_only(runtime: tokio::runtime::Handle) -> EgressProxy {
+        EgressProxy {
+            runs: Arc::default(),
+            clients: Arc::new(Semaphore::new(MAX_CLIENTS)),
+            runtime,
+            tcp_addr: None,
+            unix_path: None,
+            tasks: Vec::new(),
+        }
+    }
+
     /// Serves `listener` for the run of `grant` only: a listener bound inside one
     /// sandbox's network namespace and passed out, so the sandbox's only way out is this
     /// proxy. Clients on it still need the run's credential, and no other run's credential
@@ -412,9 +426,11 @@ impl RunGrant {
     }
 
     /// The proxy URL for `HTTP(S)_PROXY` with the credential as user, for a proxy reachable
-    /// at `addr` (`http://TOKEN@127.0.0.1:PORT`).
+    /// at `addr` (`http://TOKEN:egress@127.0.0.1:PORT`). The password is ignored by the
+    /// proxy but present, because some clients (Python's `urllib`) send credentials only
+    /// when both parts are.
     pub fn proxy_url(&self, addr: SocketAddr) -> String {
-        format!("http://{}@{addr}", self.token)
+        format!("http://{}:egress@{addr}", self.token)
     }
 
     /// Takes the decisions logged so far, and how many were dropped past

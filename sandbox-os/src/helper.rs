@@ -21,6 +21,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::egress_link::{self, EGRESS_FD};
 use crate::fs_policy;
 use crate::identity::{EMBEDDER_INSIDE_ID, NEWGIDMAP, NEWUIDMAP};
 use crate::protocol::{
@@ -80,8 +81,9 @@ fn setup_failed(
 }
 
 fn supervise() -> i32 {
-    // Nothing of the embedder's fd table survives: only stdio and the control socket.
-    if sys::close_fds_from(CONTROL_FD + 1).is_err() {
+    // Nothing of the embedder's fd table survives: only stdio, the control socket and
+    // (for a run under an allowlist) the egress link, which is closed below otherwise.
+    if sys::close_fds_from(EGRESS_FD + 1).is_err() {
         return 3;
     }
     // SAFETY: the host dup2'ed the control socket onto fd 3 for us and nothing else owns it.
@@ -108,9 +110,38 @@ fn supervise() -> i32 {
     // Lowering below 0 needs CAP_SYS_RESOURCE: an unprivileged helper keeps 0.
     let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
     let maps = IdMaps::new(&spec, host_ids);
+    let egress = match take_fd(EGRESS_FD) {
+        Some(link) if spec.net() == NetMode::Egress => Some(UnixStream::from(link)),
+        None if spec.net() == NetMode::Egress => {
+            let err = io::Error::new(io::ErrorKind::NotFound, "no egress link (fd 4)");
+            send(
+                &control,
+                &setup_failed(SetupStage::Network, "find the egress link", &err, None),
+            );
+            return 0;
+        }
+        // Not a run under an allowlist: a stray fd 4 of the embedder is closed unused.
+        _ => None,
+    };
     if let Err(event) = prepare_namespaces(&spec, host_ids, &maps) {
         send(&control, &event);
         return 0;
+    }
+    if let Some(link) = egress {
+        // In the new network namespace now: the proxy's listener goes to the host, and the
+        // helper keeps no copy of it (nor of the link) before init is forked.
+        if let Err(e) = egress_link::send_listener(&link) {
+            send(
+                &control,
+                &setup_failed(
+                    SetupStage::Network,
+                    "hand the egress listener to the host",
+                    &e,
+                    Some("net: egress only through the allowlist proxy"),
+                ),
+            );
+            return 0;
+        }
     }
     let pipes = sys::pipe().and_then(|status| sys::pipe().map(|go| (status, go)));
     let ((status_r, status_w), (go_r, go_w)) = match pipes {
@@ -143,6 +174,15 @@ fn supervise() -> i32 {
     sys::close_stdio();
     supervise_init(&control, status_r, go_w, init, spec.timeout());
     0
+}
+
+/// Takes ownership of `fd` if it is open (set close-on-exec).
+fn take_fd(fd: RawFd) -> Option<OwnedFd> {
+    sys::set_cloexec(fd).ok()?;
+    // SAFETY: `fd` is open (fcntl succeeded on it) and nothing else in this process owns
+    // it: the host passed it at spawn, and every other fd above 2 but the control socket
+    // was closed.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The user namespace's uid and gid maps: `(inside, host, count)` lines.
@@ -323,7 +363,7 @@ fn prepare_namespaces(
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWCGROUP;
-    if spec.net() == NetMode::Isolated {
+    if spec.net() != NetMode::Host {
         flags |= libc::CLONE_NEWNET;
     }
     let unshared = if spec.fault == Some(Fault::Namespaces) {
@@ -371,7 +411,7 @@ fn prepare_namespaces(
     }
     sys::set_hostname("strata")
         .map_err(|e| setup_failed(SetupStage::Namespaces, "set hostname", &e, None))?;
-    if spec.net() == NetMode::Isolated {
+    if spec.net() != NetMode::Host {
         sys::loopback_up()
             .map_err(|e| setup_failed(SetupStage::Network, "bring up loopback", &e, None))?;
     }
@@ -820,7 +860,7 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
 
 fn namespaces(spec: &Spec) -> Vec<String> {
     let mut ns = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
-    if spec.net() == NetMode::Isolated {
+    if spec.net() != NetMode::Host {
         ns.push("net");
     }
     ns.into_iter().map(String::from).collect()

@@ -17,6 +17,8 @@
 pub mod backend_api;
 mod cgroup;
 mod cgroup_cleanup;
+mod egress_host;
+mod egress_link;
 mod fs_policy;
 mod helper;
 mod identity;

@@ -110,13 +110,9 @@ pub fn plan(
     tool.validate()?;
     match &run.net {
         sandbox_core::Net::None | sandbox_core::Net::Host => {}
-        sandbox_core::Net::Allow(rules) if rules.is_empty() => {}
-        sandbox_core::Net::Allow(_) => {
-            return Err(Error::unenforceable(
-                "net: allowlist",
-                "the process backend has no egress proxy yet; use net none, or host (unrestricted)",
-            ))
-        }
+        // An empty allowlist is no network at all; a non-empty one is served by the
+        // egress proxy (see `egress_link`).
+        sandbox_core::Net::Allow(_) => {}
         _ => return Err(Error::unenforceable("net", "unknown network policy")),
     }
     let program = argv[0].clone();
@@ -227,7 +223,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::protocol::Rlimit;
+    use crate::protocol::{NetMode, Rlimit};
     use sandbox_core::{Access, Caps};
 
     /// A fake host: merged /usr with /bin, /lib, /lib64 and /sbin as symlinks.
@@ -542,15 +538,22 @@ mod tests {
     }
 
     #[test]
-    fn allowlisted_network_fails_closed_until_the_proxy_exists() {
-        let caps = Caps::new().net("allow:example.com:443".parse().expect("net"));
-        let err = plan(
-            &Tool::command(["true"]),
-            &caps,
-            &facts(),
-            &FakeHost::debian(),
-        )
-        .expect_err("allow");
-        assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
+    fn allowlists_get_the_egress_namespace_and_empty_ones_none_at_all() {
+        for (net, mode) in [
+            ("allow:example.com:443", NetMode::Egress),
+            ("allow:", NetMode::Isolated),
+            ("none", NetMode::Isolated),
+            ("host", NetMode::Host),
+        ] {
+            let caps = Caps::new().net(net.parse().expect("net"));
+            let (spec, _) = plan(
+                &Tool::command(["true"]),
+                &caps,
+                &facts(),
+                &FakeHost::debian(),
+            )
+            .expect(net);
+            assert_eq!(spec.net(), mode, "{net}");
+        }
     }
 }

@@ -6,13 +6,14 @@ use std::sync::{Arc, OnceLock};
 
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Error, ExitStatus, IdentityReceipt,
-    IdentitySource, LimitKind, Mechanism, Receipt, ResourceUsage, Result, RunContext, RunOutput,
-    RunSpec, Strictness, Tool,
+    IdentitySource, LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext,
+    RunOutput, RunSpec, Strictness, Tool,
 };
 
 use crate::identity::{HostIds, IdRange, Registry};
 
 use crate::cgroup;
+use crate::egress_host::{EgressHost, RunEgress};
 use crate::plan::{self, Facts, RealHost};
 use crate::pool::{self, Pool, PoolSize, Warm};
 use crate::probe::HostProbe;
@@ -86,6 +87,8 @@ pub struct ProcessBackend {
     state_dir: Option<PathBuf>,
     registry: OnceLock<Option<Arc<Registry>>>,
     probe_cache: Option<PathBuf>,
+    /// The egress proxy, started by the first run under an allowlist.
+    egress: OnceLock<std::result::Result<EgressHost, String>>,
 }
 
 impl std::fmt::Debug for ProcessBackend {
@@ -125,6 +128,7 @@ impl ProcessBackend {
             state_dir: None,
             registry: OnceLock::new(),
             probe_cache: None,
+            egress: OnceLock::new(),
         }
     }
 
@@ -148,6 +152,7 @@ impl ProcessBackend {
             state_dir: None,
             registry: OnceLock::new(),
             probe_cache: None,
+            egress: OnceLock::new(),
         }
     }
 
@@ -416,6 +421,10 @@ impl ProcessBackend {
         spec.require_landlock = ctx.strictness == Strictness::Strict;
         spec.fault = self.fault.filter(|f| *f != Fault::Cgroup);
         adjust(&mut spec, &mut command)?;
+        let mut egress = self.egress_for(&mut spec, ctx.strictness, &mut pre.gaps)?;
+        if let Some((run_egress, _)) = &egress {
+            run_egress.set_env(&mut command.env);
+        }
         let layout = host.cgroup.as_ref().ok();
         let registry = match &identity {
             Identity::Fresh(registry) => Some(Arc::clone(registry)),
@@ -450,7 +459,16 @@ impl ProcessBackend {
                 },
             );
         }
-        let Warm { prepared, cgroup } = warm;
+        let Warm {
+            mut prepared,
+            cgroup,
+        } = warm;
+        if let Some((run_egress, host)) = &mut egress {
+            // `None`: the helper's setup failed before it got there; the run reports why.
+            if let Some(listener) = prepared.take_egress_listener(EGRESS_LISTENER_WAIT)? {
+                run_egress.attach(host, listener)?;
+            }
+        }
         let usage = || cgroup.as_ref().and_then(|cg| cg.cpu_usage_us());
         let limits = &spec.run.limits;
         let cpu_watch = cgroup
@@ -487,7 +505,7 @@ impl ProcessBackend {
             drop(helper_process);
             drop(cgroup);
         });
-        finish(
+        let mut output = finish(
             outcome,
             &spec,
             &command,
@@ -495,7 +513,64 @@ impl ProcessBackend {
             stats,
             ctx.strictness,
             identity.source(),
-        )
+        )?;
+        if let Some((run_egress, _)) = egress {
+            let (network, denials) = run_egress.finish();
+            output.receipt.denials.extend(denials);
+            output.receipt.network = Some(network);
+        }
+        Ok(output)
+    }
+
+    /// For a run under a non-empty allowlist: registers it with the egress proxy (started
+    /// on first use). If the proxy cannot start, a strict run is refused; a best-effort run
+    /// gets no network at all (an empty allowlist) and the gap is listed.
+    fn egress_for(
+        &self,
+        spec: &mut Spec,
+        strictness: Strictness,
+        gaps: &mut Vec<(Capability, String)>,
+    ) -> Result<Option<(RunEgress, &EgressHost)>> {
+        if spec.net() != NetMode::Egress {
+            return Ok(None);
+        }
+        let started = self
+            .egress
+            .get_or_init(|| EgressHost::start().map_err(|e| e.to_string()));
+        match started {
+            Ok(host) => {
+                let run = RunEgress::register(host, &spec.run.net, &spec.run.limits)?;
+                Ok(Some((run, host)))
+            }
+            Err(why) if strictness == Strictness::Strict => Err(Error::unenforceable(
+                "net: allowlist",
+                format!("the egress proxy could not start: {why}"),
+            )),
+            Err(why) => {
+                gaps.push((
+                    Capability::Net,
+                    format!("egress proxy unavailable ({why}): the run has no network at all"),
+                ));
+                spec.run.net = Net::Allow(Vec::new());
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// How long a run waits for its helper to hand over the egress listener (setup is
+/// milliseconds; this only bounds a wedged helper).
+const EGRESS_LISTENER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The allowlist as written, for the receipt.
+fn allowlist_text(net: &Net) -> String {
+    match net {
+        Net::Allow(rules) => rules
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
     }
 }
 
@@ -791,7 +866,14 @@ fn check_enforced(enforced: &Enforced, spec: &Spec) -> Result<()> {
             format!("the helper reports {what}; the run's result is withheld"),
         ))
     };
-    let net = spec.net() == NetMode::Isolated;
+    if enforced.net != spec.net() {
+        return refuse(format!(
+            "network mode {:?} where the spec asks for {:?}",
+            enforced.net,
+            spec.net()
+        ));
+    }
+    let net = spec.net() != NetMode::Host;
     let wanted = NAMESPACES.iter().copied().chain(net.then_some("net"));
     for ns in wanted {
         if !enforced.namespaces.iter().any(|n| n == ns) {
@@ -984,6 +1066,24 @@ fn receipt(
             Capability::Net,
             "host network shared (net: host, unrestricted by request)",
         ),
+        NetMode::Egress => {
+            r.enforce(
+                Capability::Net,
+                Mechanism::Namespace,
+                "empty network namespace",
+                "loopback only: no other interface, no route, no resolver",
+            );
+            r.enforce(
+                Capability::Net,
+                Mechanism::Proxy,
+                "egress proxy",
+                format!(
+                    "the only way out is the host's proxy at {} inside the sandbox (HTTP CONNECT, plain HTTP, SOCKS5h), with the run's own credential; names resolved by the host and pinned per connection; always-denied ranges refused; allowlist: {}",
+                    crate::egress_link::proxy_addr(),
+                    allowlist_text(&spec.run.net),
+                ),
+            );
+        }
     }
     let keys: Vec<&str> = command
         .env

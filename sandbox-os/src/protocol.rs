@@ -83,11 +83,14 @@ impl Spec {
         &self.run.workdir
     }
 
-    /// The network namespace the run gets. An allowlist that reached the helper (the host
-    /// refuses those it cannot enforce) still gets an empty namespace: fail closed.
+    /// The network namespace the run gets: the host's for [`Net::Host`]; an empty one
+    /// whose only way out is the egress proxy for a non-empty allowlist; an empty one
+    /// otherwise (no network, an empty allowlist, or a policy this version does not know:
+    /// fail closed).
     pub fn net(&self) -> NetMode {
-        match self.run.net {
+        match &self.run.net {
             Net::Host => NetMode::Host,
+            Net::Allow(rules) if !rules.is_empty() => NetMode::Egress,
             _ => NetMode::Isolated,
         }
     }
@@ -224,6 +227,9 @@ pub enum NetMode {
     Isolated,
     /// The host's network namespace.
     Host,
+    /// A new, empty network namespace with loopback up, whose only way out is the host's
+    /// egress proxy, listening inside it (see `egress_link`).
+    Egress,
 }
 
 /// One `setrlimit` call.

@@ -1,6 +1,7 @@
 //! Host side of a run: spawns the helper, feeds stdin, collects capped output, relays
 //! cancellation, and always reaps the helper (nothing is left behind, even on error).
 
+use std::net::TcpListener;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use sandbox_core::{Error, Result, RunContext, Stream, STDIN_BUFFER};
 
-use crate::protocol::{self, Command, EndReason, Event, FrameBuffer, HostMessage, Spec};
+use crate::egress_link;
+use crate::protocol::{self, Command, EndReason, Event, FrameBuffer, HostMessage, NetMode, Spec};
 use crate::sys;
 
 /// Extra time the host grants the helper past the deadline before killing it itself.
@@ -87,6 +89,8 @@ pub struct Prepared {
     stdout: OwnedFd,
     stderr: OwnedFd,
     stdin: OwnedFd,
+    /// The host's end of the egress link, for runs under an allowlist.
+    egress: Option<UnixStream>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -104,29 +108,49 @@ pub fn prepare(helper: &Path, spec: &Spec) -> Result<Prepared> {
     let (out_r, out_w) = sys::pipe().map_err(internal("stdout pipe"))?;
     let (err_r, err_w) = sys::pipe().map_err(internal("stderr pipe"))?;
     let (in_r, in_w) = sys::pipe().map_err(internal("stdin pipe"))?;
-    let pid = sys::spawn_with_fds(
-        helper,
-        &["strata-helper", "run"],
-        &[
-            in_r.as_raw_fd(),
-            out_w.as_raw_fd(),
-            err_w.as_raw_fd(),
-            control_child.as_raw_fd(),
-        ],
-    )
-    .map_err(|e| Error::internal(format!("spawn helper {}", helper.display()), e))?;
+    let (egress, egress_child) = match spec.net() {
+        NetMode::Egress => {
+            let (host, child) = UnixStream::pair().map_err(internal("egress link"))?;
+            (Some(host), Some(child))
+        }
+        _ => (None, None),
+    };
+    let mut fds = vec![
+        in_r.as_raw_fd(),
+        out_w.as_raw_fd(),
+        err_w.as_raw_fd(),
+        control_child.as_raw_fd(),
+    ];
+    fds.extend(egress_child.as_ref().map(|link| link.as_raw_fd()));
+    let pid = sys::spawn_with_fds(helper, &["strata-helper", "run"], &fds)
+        .map_err(|e| Error::internal(format!("spawn helper {}", helper.display()), e))?;
     let prepared = Prepared {
         child: Helper { pid, reaped: false },
         control,
         stdout: out_r,
         stderr: err_r,
         stdin: in_w,
+        egress,
     };
-    drop((in_r, out_w, err_w, control_child));
+    drop((in_r, out_w, err_w, control_child, egress_child));
     let mut frame = Vec::new();
     protocol::write_frame(&mut frame, spec).map_err(internal("encode spec"))?;
     sys::send_all(prepared.control.as_raw_fd(), &frame).map_err(internal("send spec to helper"))?;
     Ok(prepared)
+}
+
+impl Prepared {
+    /// For a run under an allowlist: the listener the helper created inside the sandbox's
+    /// network namespace (see `egress_link`), waiting at most `timeout` for the helper to
+    /// get that far. `Ok(None)`: the helper's setup failed first (the run then reports
+    /// why) or the run has no egress link.
+    pub fn take_egress_listener(&mut self, timeout: Duration) -> Result<Option<TcpListener>> {
+        match self.egress.take() {
+            Some(link) => egress_link::receive_listener(&link, timeout)
+                .map_err(|e| Error::setup("receive the egress listener from the helper", e)),
+            None => Ok(None),
+        }
+    }
 }
 
 fn internal(what: &str) -> impl FnOnce(std::io::Error) -> Error {
@@ -165,6 +189,7 @@ pub fn run(
         stdout,
         stderr,
         stdin: in_w,
+        egress: _,
     } = prepared;
     let (wake_r, wake_w) = sys::pipe().map_err(internal("wake pipe"))?;
 

@@ -1,0 +1,149 @@
+//! The host side of a run under a network allowlist: one egress proxy per
+//! [`crate::ProcessBackend`], started on first use on its own runtime thread
+//! (`strata-egress`), and each run's registration with it.
+
+use std::io;
+use std::net::TcpListener;
+
+use sandbox_core::receipt::{Capability, Denial, NetworkReceipt};
+use sandbox_core::{EgressPolicy, Error, Limits, Net, Result};
+use sandbox_egress::{Attached, Budget, EgressProxy, RunGrant};
+
+use crate::egress_link;
+
+/// The variables a run's tool gets, all set to the proxy URL with its credential
+/// (`http://TOKEN@127.0.0.1:3128`). Any the caller set are replaced.
+pub const PROXY_VARS: [&str; 6] = [
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+];
+
+/// The proxy and the runtime it runs on.
+pub struct EgressHost {
+    runtime: Option<tokio::runtime::Runtime>,
+    proxy: EgressProxy,
+}
+
+impl std::fmt::Debug for EgressHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressHost").finish_non_exhaustive()
+    }
+}
+
+impl EgressHost {
+    /// Starts the runtime (one worker thread) and a proxy that serves per-run listeners.
+    pub fn start() -> io::Result<EgressHost> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("strata-egress")
+            .enable_all()
+            .build()?;
+        let proxy = EgressProxy::attach_only(runtime.handle().clone());
+        Ok(EgressHost {
+            runtime: Some(runtime),
+            proxy,
+        })
+    }
+}
+
+impl Drop for EgressHost {
+    fn drop(&mut self) {
+        // Never blocks, so dropping the backend inside an async context is fine; open
+        // tunnels are cut.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// One run's egress: its credential, policy and budget, and its listener once attached.
+pub struct RunEgress {
+    grant: RunGrant,
+    attached: Option<Attached>,
+    rules: Vec<String>,
+}
+
+impl std::fmt::Debug for RunEgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunEgress")
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunEgress {
+    /// Registers a run with `net`'s allowlist (the host's own addresses are refused unless
+    /// a rule names them) and the egress budget of `limits`.
+    pub fn register(host: &EgressHost, net: &Net, limits: &Limits) -> Result<RunEgress> {
+        let Net::Allow(rules) = net else {
+            return Err(Error::internal(
+                "register egress",
+                io::Error::other("the run has no allowlist"),
+            ));
+        };
+        let own = egress_link::host_addresses()
+            .map_err(|e| Error::setup("list the host's addresses for the egress policy", e))?;
+        let policy = EgressPolicy::new(rules)?.with_host_addrs(own);
+        let budget = Budget {
+            max_connections: Some(u64::from(limits.egress_connections)),
+            max_bytes: Some(limits.egress_bytes.bytes()),
+        };
+        let grant = host
+            .proxy
+            .register(policy, budget)
+            .map_err(|e| Error::setup("register the run with the egress proxy", e))?;
+        Ok(RunEgress {
+            grant,
+            attached: None,
+            rules: rules.iter().map(ToString::to_string).collect(),
+        })
+    }
+
+    /// Replaces the proxy variables in `env` (`KEY=VALUE` entries) with this run's.
+    pub fn set_env(&self, env: &mut Vec<String>) {
+        env.retain(|entry| {
+            let key = entry.split('=').next().unwrap_or_default();
+            !PROXY_VARS.contains(&key)
+        });
+        let url = self.grant.proxy_url(egress_link::proxy_addr());
+        env.extend(PROXY_VARS.iter().map(|key| format!("{key}={url}")));
+    }
+
+    /// Serves the listener the helper created inside the sandbox.
+    pub fn attach(&mut self, host: &EgressHost, listener: TcpListener) -> Result<()> {
+        let attached = host
+            .proxy
+            .attach(listener, &self.grant)
+            .map_err(|e| Error::setup("serve the egress listener", e))?;
+        self.attached = Some(attached);
+        Ok(())
+    }
+
+    /// Stops serving the run and returns its decisions, and a denial for each refusal.
+    pub fn finish(mut self) -> (NetworkReceipt, Vec<Denial>) {
+        drop(self.attached.take());
+        let receipt = self.grant.receipt(
+            egress_link::proxy_addr().to_string(),
+            std::mem::take(&mut self.rules),
+        );
+        let denials = receipt
+            .decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .map(|d| Denial {
+                capability: Capability::Net,
+                detail: format!(
+                    "egress to {}:{} refused: {}",
+                    d.host,
+                    d.port,
+                    d.reason.as_deref().unwrap_or("refused")
+                ),
+            })
+            .collect();
+        (receipt, denials)
+    }
+}
