@@ -249,6 +249,18 @@ export interface Caps {
   /** CPU bandwidth in cores (a cgroup quota; `0.5` is half a core). Default 1. */
   cpus?: number
   /**
+   * Under a network allowlist: bytes the run may move through the egress proxy, both
+   * directions, all connections together. Past it the connection at hand is closed and later
+   * ones are refused (`receipt.network` records a `'budget'` refusal); the run goes on.
+   * Default `'1G'`.
+   */
+  egressBytes?: ByteSize
+  /**
+   * Under a network allowlist: connections the run may ask the egress proxy for, allowed or
+   * refused. Past it they are refused. Default 1024.
+   */
+  egressConnections?: number
+  /**
    * Container backend only: the image, as a local OCI image layout directory, a
    * `docker save`/OCI archive, a root file system directory, or (engine runtimes) an image
    * the engine already has. Images are never pulled. Default: none.
@@ -276,7 +288,10 @@ export type ContainerRuntime = 'native' | 'docker' | 'podman' | 'runsc'
 // ---------------------------------------------------------------------------------------
 // Results
 
-/** A limit that ended a run. */
+/**
+ * A limit that ended a run, or (`'egress_bytes'`, `'egress_connections'`, in
+ * `receipt.network`) an egress budget that refused a connection while the run went on.
+ */
 export type LimitKind =
   | 'wall'
   | 'cpu'
@@ -287,6 +302,8 @@ export type LimitKind =
   | 'file_size'
   | 'fuel'
   | 'open_files'
+  | 'egress_bytes'
+  | 'egress_connections'
 
 /** How strictly a run was held to its caps: refused when not enforceable, or best effort. */
 export type Strictness = 'strict' | 'best_effort'
@@ -343,6 +360,57 @@ export type Mechanism =
   | 'image'
   | 'runtime'
   | 'wasm'
+  | 'proxy'
+
+/**
+ * Why the egress enforcement refused a connection: no rule admits it or its address is in an
+ * always-denied range (`'policy'`), a malformed request (`'bad_request'`), a name that did
+ * not resolve (`'unresolvable'`), no allowed address accepted it (`'connect_failed'`), or a
+ * budget ran out (`'budget'`, with `limit` naming it).
+ */
+export type EgressRefusal = 'policy' | 'bad_request' | 'unresolvable' | 'connect_failed' | 'budget'
+
+/** One allow or deny decision of the egress enforcement. */
+export interface EgressDecision {
+  /** The host as the tool asked for it (possibly invalid, hence refused). */
+  host: string
+  /** The port as the tool asked for it (0 if it was not a valid port). */
+  port: number
+  /** The address the decision concerned (resolved and pinned for an allowed name). */
+  addr?: string
+  /**
+   * Whether the connection was allowed (a budget may still cut it later: then a second
+   * decision with `refusal: 'budget'` follows).
+   */
+  allowed: boolean
+  /** The rule that allowed it, as written. */
+  rule?: string
+  /** Why it was refused, by family. */
+  refusal?: EgressRefusal
+  /** For a budget refusal: which limit. */
+  limit?: LimitKind
+  /** Why it was refused, for people (names the rule, range or limit). */
+  reason?: string
+}
+
+/** What the egress enforcement of a run under a network allowlist decided. */
+export interface NetworkReceipt {
+  /**
+   * Where the tool reached the egress proxy, as the tool saw it (`'127.0.0.1:3128'`), or the
+   * enforcing layer when there is no proxy (`'wasi:sockets'`). Never a credential.
+   */
+  enforcer: string
+  /** The allowlist, as written. */
+  rules: string[]
+  /** Connection requests the run made (allowed or refused). */
+  connections: number
+  /** Bytes moved through allowed connections, both directions. */
+  bytes: number
+  /** Every decision, oldest first (at most 10 000; see `dropped`). */
+  decisions: EgressDecision[]
+  /** Decisions past the cap, counted but not kept. */
+  dropped: number
+}
 
 /** What was enforced for one run, per capability and mechanism. */
 export interface Receipt {
@@ -376,6 +444,11 @@ export interface Receipt {
     uid: number
     gid: number
   }
+  /**
+   * Runs under a network allowlist only: every egress decision, with the connections and
+   * bytes the run used. Absent otherwise.
+   */
+  network?: NetworkReceipt
 }
 
 /** The result of a run that happened. A non-zero exit is data, not an error. */

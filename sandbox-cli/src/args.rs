@@ -82,6 +82,14 @@ pub struct RunArgs {
     /// Size of the private /tmp and workdir (default 64M).
     #[arg(long, value_name = "SIZE")]
     pub disk: Option<String>,
+    /// Bytes the run may move through the egress proxy under --net allow:..., both
+    /// directions, all connections together, e.g. 100M (default 1G). Past it the connection
+    /// is closed and later ones refused; the run goes on.
+    #[arg(long = "egress-bytes", value_name = "SIZE")]
+    pub egress_bytes: Option<String>,
+    /// Connections the run may ask the egress proxy for, allowed or refused (default 1024).
+    #[arg(long = "egress-connections", value_name = "N")]
+    pub egress_connections: Option<u32>,
     /// Container image (container backend).
     #[arg(long, value_name = "REF")]
     pub image: Option<String>,
@@ -231,6 +239,12 @@ impl RunArgs {
         if let Some(d) = &self.disk {
             caps.limits.disk = size("disk", d)?;
         }
+        if let Some(b) = &self.egress_bytes {
+            caps.limits.egress_bytes = size("egress-bytes", b)?;
+        }
+        if let Some(n) = self.egress_connections {
+            caps.limits.egress_connections = n;
+        }
         caps.agent = self.agent.clone();
         if let Some(image) = &self.image {
             caps = caps.image(image.clone());
@@ -356,6 +370,26 @@ mod tests {
             Command::Run(run) => run.into_request(),
             Command::Doctor { .. } => Err(Error::invalid("not run")),
         }
+    }
+
+    #[test]
+    fn egress_budget_flags_set_the_limits() {
+        let caps = request(&["--egress-bytes", "100M", "--egress-connections", "8"])
+            .expect("egress flags")
+            .caps;
+        assert_eq!(caps.limits.egress_bytes, ByteSize::mib(100));
+        assert_eq!(caps.limits.egress_connections, 8);
+        let defaults = request(&[]).expect("no flags").caps;
+        assert_eq!(defaults.limits.egress_bytes, ByteSize::gib(1));
+        assert_eq!(defaults.limits.egress_connections, 1024);
+        let err = request(&["--egress-bytes", "lots"])
+            .err()
+            .expect("a bad size is refused");
+        assert!(err.to_string().contains("--egress-bytes"), "{err}");
+        assert!(
+            request(&["--egress-connections", "-1"]).is_err(),
+            "a negative count is refused"
+        );
     }
 
     #[test]

@@ -108,6 +108,24 @@ fn json_object_has_the_contract_keys_and_a_receipt() {
 }
 
 #[test]
+fn egress_budget_flags_run_and_without_an_allowlist_the_receipt_has_no_network() {
+    let out = strata(&[
+        "run",
+        "--json",
+        "--egress-bytes",
+        "1M",
+        "--egress-connections",
+        "4",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert!(value["receipt"].is_object(), "{value}");
+    assert!(value["receipt"].get("network").is_none(), "{value}");
+}
+
+#[test]
 fn timeout_exits_124_and_limit_kill_exits_137() {
     let out = strata(&["run", "--timeout", "0.3", "--", "sleep", "10"]);
     assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
@@ -188,6 +206,17 @@ fn bad_arguments_exit_2_with_one_line_and_run_nothing() {
             "run",
             "--timeout",
             "-1",
+            "--rw",
+            &rw,
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ],
+        vec![
+            "run",
+            "--egress-bytes",
+            "lots",
             "--rw",
             &rw,
             "--",

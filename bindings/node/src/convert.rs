@@ -43,6 +43,8 @@ pub(crate) struct NodeCaps {
     disk: Option<ByteSize>,
     address_space: Option<ByteSize>,
     cpus: Option<f64>,
+    egress_bytes: Option<ByteSize>,
+    egress_connections: Option<u32>,
     image: Option<String>,
     runtime: Option<ContainerRuntime>,
     workspace: Option<PathBuf>,
@@ -106,6 +108,12 @@ impl From<NodeCaps> for Caps {
         if let Some(cpus) = node.cpus {
             limits.cpus = cpus;
         }
+        if let Some(size) = node.egress_bytes {
+            limits.egress_bytes = size;
+        }
+        if let Some(n) = node.egress_connections {
+            limits.egress_connections = n;
+        }
         // A runtime or workspace without an image becomes an empty image, which the core
         // refuses by name, rather than options silently ignored.
         if node.image.is_some() || node.runtime.is_some() || node.workspace.is_some() {
@@ -165,6 +173,8 @@ impl<'de> Deserialize<'de> for NodeCaps {
                         Field::Disk => caps.disk = map.next_value()?,
                         Field::AddressSpace => caps.address_space = map.next_value()?,
                         Field::Cpus => caps.cpus = map.next_value()?,
+                        Field::EgressBytes => caps.egress_bytes = map.next_value()?,
+                        Field::EgressConnections => caps.egress_connections = map.next_value()?,
                         Field::Image => caps.image = map.next_value()?,
                         Field::Runtime => caps.runtime = map.next_value()?,
                         Field::Workspace => caps.workspace = map.next_value()?,

@@ -216,6 +216,23 @@ pub fn receipt_json(receipt: &External<Receipt>) -> napi::Result<String> {
     serde_json::to_string(&**receipt).map_err(|e| napi::Error::new(Status::GenericFailure, e))
 }
 
+/// Test probe for `test/`, not part of the package's API: the caps object converted and
+/// validated exactly as [`NativeSandbox::run`] takes it, as the JSON of `Caps` (the shared
+/// schema, `schema/caps.schema.json`), or the error a run with it would be refused with.
+#[napi]
+pub fn caps_json(env: Env, caps: Unknown<'_>) -> napi::Result<Either<String, NativeError>> {
+    let caps: Caps = match env.from_js_value::<Option<NodeCaps>, _>(caps) {
+        Ok(caps) => caps.unwrap_or_default().into(),
+        Err(e) => return Ok(Either::B((&convert::invalid_argument("caps", &e)).into())),
+    };
+    if let Err(e) = caps.validate() {
+        return Ok(Either::B((&e).into()));
+    }
+    serde_json::to_string(&caps)
+        .map(Either::A)
+        .map_err(|e| napi::Error::new(Status::GenericFailure, e))
+}
+
 /// Benchmark probe for `bench/overhead.mjs`, not part of the package's API: the two hops of
 /// a run around a sleep instead of a sandbox, through the same pool and threadsafe function.
 /// `callback(3, hopAUs, hopBUs, sleptUs)` gets the latency of the hand-off to the pool

@@ -174,6 +174,8 @@ describe('results', () => {
     assert.deepEqual(receipt.layers, ['process'])
     assert.equal(receipt.strictness, 'strict')
     assert.deepEqual(receipt.gaps, [])
+    assert.equal(receipt.network, undefined, 'no allowlist, no egress decisions')
+    assert.ok(!('network' in receipt))
     for (const capability of ['fs', 'net', 'env', 'processes', 'syscalls', 'memory', 'wall']) {
       assert.ok(
         receipt.enforced.some((e) => e.capability === capability),

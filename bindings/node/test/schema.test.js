@@ -131,12 +131,30 @@ describe('index.d.ts matches the schema', () => {
     assert.ok(declarations(text).literals('LimitKind').has('open_files'))
   })
 
+  test('the egress receipt: EgressRefusal, the budgets in LimitKind, proxy in Mechanism, Receipt.network', () => {
+    const { interfaces, literals } = declarations(text)
+    assert.deepEqual(
+      [...literals('EgressRefusal')].sort(),
+      ['bad_request', 'budget', 'connect_failed', 'policy', 'unresolvable'],
+    )
+    assert.ok(literals('LimitKind').has('egress_bytes') && literals('LimitKind').has('egress_connections'))
+    assert.ok(literals('Mechanism').has('proxy'))
+    assert.ok(interfaces.get('Receipt').has('network'))
+    for (const [name, def] of [
+      ['NetworkReceipt', OUTPUT.$defs.NetworkReceipt],
+      ['EgressDecision', OUTPUT.$defs.EgressDecision],
+    ]) {
+      assert.deepEqual([...interfaces.get(name).keys()].sort(), Object.keys(def.properties).sort(), name)
+    }
+  })
+
   test('a declaration that drifted is caught', () => {
     const broken = text
-      .replace("  | 'open_files'\n\n/** How strictly", "\n/** How strictly")
+      .replace("  | 'open_files'\n  | 'egress_bytes'\n", "  | 'egress_bytes'\n")
       .replace('  output?: ByteSize\n', '  outputBytes?: ByteSize\n')
       .replace('   * @deprecated Use `output`.\n', '')
       .replace("export type IdentitySource = 'agent' | 'fresh' | 'embedder'", 'export type IdentitySource = string')
+      .replace("| 'connect_failed' | 'budget'\n", "| 'connect_failed'\n")
     assert.notEqual(broken, text)
     const found = problems(broken)
     for (const expected of [
@@ -145,6 +163,7 @@ describe('index.d.ts matches the schema', () => {
       'Caps: missing: output',
       'Caps.maxOutput: a legacy spelling, must be @deprecated',
       'type IdentitySource: not declared as a union of string literals',
+      'type EgressRefusal: missing: budget',
     ]) {
       assert.ok(found.includes(expected), `${expected} not in ${JSON.stringify(found, null, 1)}`)
     }
@@ -175,6 +194,9 @@ describe('caps keys at run time', () => {
     ['timeout', 'timeoutMs'],
     ['read_only', 'readOnly'],
     ['openfiles', 'openFiles'],
+    ['egressByte', 'egressBytes'],
+    ['egress_bytes', 'egressBytes'],
+    ['egress_connections', 'egressConnections'],
   ]) {
     test(`an unknown key ${key} names ${suggestion}`, async () => {
       const error = await rejection(sandbox.run(['true'], { [key]: 1 }))
@@ -182,6 +204,37 @@ describe('caps keys at run time', () => {
       assert.match(error.message, new RegExp(`unknown field \`${key}\`, did you mean \`${suggestion}\`\\?`))
     })
   }
+
+  test('egressBytes and egressConnections set the egress budgets (as the shared schema has them)', () => {
+    // The addon's test probe: the caps converted and validated as `run` takes them.
+    const native = require(require('../platform.js').addonPath)
+    const json = (caps) => {
+      const out = native.capsJson(caps)
+      if (typeof out !== 'string') throw new Error(`${out.code}: ${out.message}`)
+      return JSON.parse(out)
+    }
+    const defaults = json({}).limits
+    assert.equal(defaults.egress_bytes, 1 << 30)
+    assert.equal(defaults.egress_connections, 1024)
+    const limits = json({ egressBytes: '100M', egressConnections: 8 }).limits
+    assert.equal(limits.egress_bytes, 100 * (1 << 20))
+    assert.equal(limits.egress_connections, 8)
+    assert.equal(json({ egressBytes: 4096 }).limits.egress_bytes, 4096)
+    assert.deepEqual(json({ egressBytes: undefined, egressConnections: null }).limits, defaults)
+    for (const bad of [{ egressBytes: 'lots' }, { egressConnections: -1 }, { egressConnections: '8' }]) {
+      const out = native.capsJson(bad)
+      assert.equal(out.code, 'invalid_request', JSON.stringify(bad))
+    }
+  })
+
+  test('runs take the egress budgets', async () => {
+    const result = await sandbox.run(['true'], { egressBytes: '1M', egressConnections: 4 })
+    assert.equal(result.exitCode, 0)
+    assert.equal(result.receipt.network, undefined, 'no allowlist, no egress decisions')
+    const error = await rejection(sandbox.run(['true'], { egressBytes: 'lots' }))
+    assert.ok(error instanceof InvalidRequestError)
+    assert.match(error.message, /lots/)
+  })
 
   test('an unknown mount key names the closest', async () => {
     const error = await rejection(sandbox.run(['true'], { mounts: [{ host: '/etc', follow_symlinks: true }] }))

@@ -29,8 +29,11 @@ import type {
   Caps,
   ContainerRuntime,
   DoctorReport,
+  EgressDecision,
+  EgressRefusal,
   ErrorCode,
   LimitKind,
+  NetworkReceipt,
   Receipt,
   RunOptions,
   RunResult,
@@ -82,6 +85,8 @@ async function runs(sandbox: Sandbox): Promise<void> {
     disk: '8M',
     addressSpace: '4G',
     cpus: 0.5,
+    egressBytes: '100M',
+    egressConnections: 8,
   }
   const containerCaps: Caps = { image: '/images/python-oci', runtime: 'native', workspace: '/srv/ws' }
   const runtimes: ContainerRuntime[] = ['native', 'docker', 'podman', 'runsc']
@@ -106,7 +111,13 @@ async function runs(sandbox: Sandbox): Promise<void> {
     const mechanisms: string[] = receipt.enforced.map((e) => `${e.capability}: ${e.mechanism} (${e.detail})`)
     const gaps: string[] = receipt.gaps.map((g) => g.reason)
     const digest: string | undefined = receipt.container?.digest
+    const network: NetworkReceipt | undefined = receipt.network
+    const refused: EgressDecision[] = network?.decisions.filter((d) => !d.allowed) ?? []
+    const why: (EgressRefusal | undefined)[] = refused.map((d) => d.refusal)
+    const budgets: (LimitKind | undefined)[] = refused.map((d) => d.limit)
+    const moved: number = (network?.bytes ?? 0) + (network?.connections ?? 0) + (network?.dropped ?? 0)
     void [code, signal, limit, text, flags, times, mechanisms, gaps, receipt.denials, receipt.layers, digest]
+    void [why, budgets, moved, network?.enforcer, network?.rules]
   }
   await sandbox.run(['true'])
   await sandbox.run(['true'], null)
@@ -117,6 +128,13 @@ async function runs(sandbox: Sandbox): Promise<void> {
   await sandbox.run(['true'], { readonyl: '/etc' })
   // @ts-expect-error: durations are numbers of milliseconds
   await sandbox.run(['true'], { timeoutMs: '5s' })
+  // @ts-expect-error: the Node name is egressBytes
+  await sandbox.run(['true'], { egress_bytes: '1M' })
+  // @ts-expect-error: a connection budget is a number
+  await sandbox.run(['true'], { egressConnections: '8' })
+  // @ts-expect-error: not a refusal family
+  const refusal: EgressRefusal = 'timeout'
+  void refusal
   // @ts-expect-error: unknown run option
   await sandbox.run(['true'], {}, { timeout: 5 })
   // @ts-expect-error: not a script language

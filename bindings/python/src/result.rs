@@ -231,6 +231,20 @@ impl PyReceipt {
         json_to_py(py, &serialize(py, &self.receipt.identity)?)
     }
 
+    /// Runs under a network allowlist only: what the egress enforcement decided,
+    /// `{"enforcer", "rules", "connections", "bytes", "decisions", "dropped"}`; `None` for
+    /// other runs. `enforcer` is where the tool reached the egress proxy (never a
+    /// credential), `bytes` what allowed connections moved (both directions), and
+    /// `decisions` every allow or deny decision, oldest first (`dropped` counts those past
+    /// the cap): `{"host", "port", "allowed", "addr"?, "rule"?, "refusal"?, "limit"?,
+    /// "reason"?}`, where `refusal` is `"policy"`, `"bad_request"`, `"unresolvable"`,
+    /// `"connect_failed"` or `"budget"` (then `limit` is `"egress_bytes"` or
+    /// `"egress_connections"`). Keys without a value are left out, as in `to_dict()`.
+    #[getter]
+    fn network<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_to_py(py, &serialize(py, &self.receipt.network)?)
+    }
+
     /// Whether `capability` (e.g. `"fs"`, `"net"`) is enforced by a mechanism whose name
     /// contains `mechanism` (e.g. `"landlock"`).
     fn has(&self, py: Python<'_>, capability: &str, mechanism: &str) -> PyResult<bool> {

@@ -163,7 +163,8 @@ impl ToPyRepr for Vec<String> {
 /// so host programs can start. Defaults: no mounts, empty env (never inherited), no
 /// network, timeout 30 s, cpu_time 30 s, memory 512M, processes 128, output 1M per
 /// stream, file_size 64M, open_files 1024, disk 64M (private /tmp), no address-space
-/// limit, empty stdin, workdir /tmp.
+/// limit, egress_bytes 1G and egress_connections 1024 (under a network allowlist), empty
+/// stdin, workdir /tmp.
 ///
 /// Keywords (also accepted as a dict: `Caps({"read_only": [...]})`):
 ///
@@ -178,9 +179,9 @@ impl ToPyRepr for Vec<String> {
 /// - `net`: `"none"` (default), `"host"` (no network isolation: loud opt-in),
 ///   `"allow:HOST[:PORT],..."` or a list of `"host[:port]"` rules.
 /// - `timeout`, `cpu_time`: seconds (int or float, > 0).
-/// - `memory`, `output`, `file_size`, `disk`, `address_space`: bytes (int) or sizes such
-///   as `"256M"`.
-/// - `processes`, `open_files`: counts.
+/// - `memory`, `output`, `file_size`, `disk`, `address_space`, `egress_bytes`: bytes (int)
+///   or sizes such as `"256M"`.
+/// - `processes`, `open_files`, `egress_connections`: counts.
 /// - `stdin`: str or bytes fed to the tool.
 /// - `workdir`: working directory inside the sandbox.
 /// - `agent`: the agent the run acts for; each agent gets its own host uid and gid (a root
@@ -416,7 +417,9 @@ fn apply_mapping(caps: &mut Value, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
             | Field::OpenFiles
             | Field::Disk
             | Field::AddressSpace
-            | Field::Cpus) => {
+            | Field::Cpus
+            | Field::EgressBytes
+            | Field::EgressConnections) => {
                 // Python's duration keywords are seconds; their JSON names (aliases) are
                 // milliseconds, passed through like every other limit.
                 let seconds =
@@ -610,6 +613,19 @@ impl PyCaps {
     #[getter]
     fn cpus(&self) -> f64 {
         self.caps.limits.cpus
+    }
+
+    /// Bytes the run may move through the egress proxy under a network allowlist (both
+    /// directions, all connections together).
+    #[getter]
+    fn egress_bytes(&self) -> u64 {
+        self.caps.limits.egress_bytes.bytes()
+    }
+
+    /// Connections the run may ask the egress proxy for (allowed or refused).
+    #[getter]
+    fn egress_connections(&self) -> u32 {
+        self.caps.limits.egress_connections
     }
 
     /// Standard input fed to the tool.

@@ -28,6 +28,8 @@ def test_defaults_are_deny_by_default() -> None:
         "open_files": 1024,
         "disk": 64 << 20,
         "address_space": None,
+        "egress_bytes": 1 << 30,
+        "egress_connections": 1024,
         "stdin": b"",
         "workdir": None,
         "system": "runtime",
@@ -92,6 +94,25 @@ def test_every_limit_field_and_container_shorthands() -> None:
     assert schema.to_dict()["container"]["image"] == "x"
     with pytest.raises(strata.InvalidRequestError, match="runtime"):
         strata.Caps(image="x", runtime="lxc")
+
+
+def test_egress_budgets_round_trip() -> None:
+    caps = strata.Caps(egress_bytes="100M", egress_connections=8)
+    assert (caps.egress_bytes, caps.egress_connections) == (100 << 20, 8)
+    limits = caps.to_dict()["limits"]
+    assert (limits["egress_bytes"], limits["egress_connections"]) == (100 << 20, 8)
+    assert strata.Caps(caps.to_dict()) == caps
+    assert strata.Caps.from_json(caps.to_json()) == caps
+    assert eval(repr(caps), {"Caps": strata.Caps}) == caps
+    assert "egress_bytes" in repr(caps) and "egress_connections" in repr(caps)
+    schema = strata.Caps(limits={"egress_bytes": 4096, "egress_connections": 2})
+    assert (schema.egress_bytes, schema.egress_connections) == (4096, 2)
+    derived = strata.Caps(caps, egress_connections=16)
+    assert (derived.egress_bytes, derived.egress_connections) == (100 << 20, 16)
+    assert caps.egress_connections == 8, "the base is not changed"
+    for bad in [{"egress_bytes": "lots"}, {"egress_connections": -1}, {"egress_connections": "8"}]:
+        with pytest.raises(strata.InvalidRequestError, match="egress_"):
+            strata.Caps(**bad)
 
 
 def test_base_caps_are_extended_not_mutated() -> None:

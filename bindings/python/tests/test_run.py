@@ -182,6 +182,8 @@ def test_receipt_and_to_dict(sb: strata.Sandbox) -> None:
     receipt = result.receipt
     assert receipt.backend == "process"
     assert receipt.container is None
+    assert receipt.network is None, "no allowlist, no egress decisions"
+    assert "network" not in receipt.to_dict()
     assert receipt.layers == ["process"]
     assert receipt.strictness == "strict"
     assert receipt.gaps == []

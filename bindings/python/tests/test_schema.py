@@ -153,6 +153,7 @@ def test_a_stub_that_drifted_is_caught(schemas: Dict[str, Any]) -> None:
         .replace("        output: _Size = ...,\n", "        max_output: _Size = ...,\n")
         .replace('_Strictness = Literal["strict", "best_effort"]', '_Strictness = Literal["strict", "best-effort"]')
         .replace("    def identity(self)", "    def identity_(self)")
+        .replace('"connect_failed", "budget"]', '"connect_failed"]')
     )
     assert broken != stub
     problems = "\n".join(stub_problems(broken, schemas["caps"], schemas["output"]))
@@ -163,6 +164,7 @@ def test_a_stub_that_drifted_is_caught(schemas: Dict[str, Any]) -> None:
         "_Strictness values: not in the schema: ['best-effort']",
         "_Strictness values: missing: ['best_effort']",
         "Receipt properties: missing: ['identity']",
+        "_EgressRefusal values: missing: ['budget']",
     ]:
         assert expected in problems, problems
     without = "\n".join(line for line in stub.splitlines() if not line.startswith("_IdentitySource"))
@@ -174,6 +176,11 @@ def test_a_stub_that_drifted_is_caught(schemas: Dict[str, Any]) -> None:
 def test_the_schema_enums_include_what_the_drift_was_about(schemas: Dict[str, Any]) -> None:
     enums = string_enums(schemas["output"])
     assert "open_files" in enums["LimitKind"]
+    assert {"egress_bytes", "egress_connections"} <= enums["LimitKind"]
+    assert "proxy" in enums["Mechanism"]
+    assert enums["EgressRefusal"] == {
+        "policy", "bad_request", "unresolvable", "connect_failed", "budget"
+    }
     assert enums["Strictness"] == {"strict", "best_effort"}
     rows = {row["json"]: row for row in schemas["caps"]["x-strata-names"]["caps"]}
     assert rows["limits.output"]["python"] == "output"
@@ -205,6 +212,8 @@ def test_every_python_spelling_of_the_table_is_accepted(schemas: Dict[str, Any])
         "disk": "16M",
         "address_space": "2G",
         "cpus": 0.5,
+        "egress_bytes": "10M",
+        "egress_connections": 9,
         "container": {"image": "/i"},
         "image": "/i",
         "runtime": "docker",
@@ -237,7 +246,15 @@ def test_legacy_value_spellings_are_read(schemas: Dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "key, suggestion",
-    [("memroy", "memory"), ("timeoutMs", "timeout"), ("readOnly", "read_only"), ("maxOutput", "output")],
+    [
+        ("memroy", "memory"),
+        ("timeoutMs", "timeout"),
+        ("readOnly", "read_only"),
+        ("maxOutput", "output"),
+        ("egress_byte", "egress_bytes"),
+        ("egressConnections", "egress_connections"),
+        ("egress_connection", "egress_connections"),
+    ],
 )
 def test_an_unknown_keyword_names_the_closest_valid_one(key: str, suggestion: str) -> None:
     with pytest.raises(strata.InvalidRequestError) as info:

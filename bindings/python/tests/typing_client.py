@@ -10,7 +10,9 @@ import strata
 
 def sync_use(sb: strata.Sandbox) -> str:
     caps = strata.Caps(read_only=["/data"], env={"A": "1"}, timeout=5, memory="64M")
-    more: strata.Caps = strata.Caps(caps, net="none", limits={"processes": 8})
+    more: strata.Caps = strata.Caps(
+        caps, net="none", limits={"processes": 8}, egress_bytes="10M", egress_connections=4
+    )
     result: strata.RunResult = sb.run(["echo", "hi"], more, on_stdout=print)
     code: Optional[int] = result.exit_code
     if result.timed_out or result.limit is not None or code != 0:
@@ -18,6 +20,15 @@ def sync_use(sb: strata.Sandbox) -> str:
     receipt: strata.Receipt = result.check().receipt
     enforced: List[Dict[str, str]] = receipt.enforced
     return f"{result.stdout}{len(enforced)}{result.duration:.3f}{receipt.has('fs', 'landlock')}"
+
+
+def egress_use(receipt: strata.Receipt) -> int:
+    network = receipt.network
+    if network is None:
+        return 0
+    refused = [d for d in network["decisions"] if not d["allowed"]]
+    budget: List[Optional[str]] = [d.get("limit") for d in refused if d.get("refusal") == "budget"]
+    return network["bytes"] + network["connections"] + len(budget)
 
 
 async def async_use(sb: strata.Sandbox) -> bytes:

@@ -1,9 +1,21 @@
 """Type stubs of the native module ``strata._strata`` (re-exported by ``strata``)."""
 
 import os
-from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypedDict,
+    Union,
+)
 
-from typing_extensions import Self, disjoint_base, final
+from typing_extensions import NotRequired, Self, disjoint_base, final
 
 __all__ = [
     "__version__",
@@ -45,7 +57,8 @@ _ContainerRuntime = Literal["native", "docker", "podman", "runsc"]
 _BackendKind = Literal["process", "wasm", "container", "microvm"]
 _Strictness = Literal["strict", "best_effort"]
 _LimitKind = Literal[
-    "wall", "cpu", "memory", "pids", "output", "disk", "file_size", "fuel", "open_files"
+    "wall", "cpu", "memory", "pids", "output", "disk", "file_size", "fuel", "open_files",
+    "egress_bytes", "egress_connections",
 ]
 _Capability = Literal[
     "fs",
@@ -85,7 +98,31 @@ _Mechanism = Literal[
     "image",
     "runtime",
     "wasm",
+    "proxy",
 ]
+_EgressRefusal = Literal["policy", "bad_request", "unresolvable", "connect_failed", "budget"]
+
+class _EgressDecision(TypedDict):
+    """One allow or deny decision of the egress enforcement (``Receipt.network``)."""
+
+    host: str
+    port: int
+    allowed: bool
+    addr: NotRequired[str]
+    rule: NotRequired[str]
+    refusal: NotRequired[_EgressRefusal]
+    limit: NotRequired[_LimitKind]
+    reason: NotRequired[str]
+
+class _NetworkReceipt(TypedDict):
+    """What the egress enforcement of a run under a network allowlist decided."""
+
+    enforcer: str
+    rules: List[str]
+    connections: int
+    bytes: int
+    decisions: List[_EgressDecision]
+    dropped: int
 
 class SandboxError(Exception):
     """Base class of every Strata error; ``code`` is the stable error code."""
@@ -178,6 +215,8 @@ class Caps:
         agent: Optional[str] = ...,
         system: _SystemDirs = ...,
         cpus: float = ...,
+        egress_bytes: _Size = ...,
+        egress_connections: int = ...,
         image: str = ...,
         runtime: _ContainerRuntime = ...,
         workspace: Optional[_Path] = ...,
@@ -217,6 +256,10 @@ class Caps:
     @property
     def cpus(self) -> float: ...
     @property
+    def egress_bytes(self) -> int: ...
+    @property
+    def egress_connections(self) -> int: ...
+    @property
     def stdin(self) -> bytes: ...
     @property
     def agent(self) -> Optional[str]: ...
@@ -247,6 +290,8 @@ class Receipt:
     def container(self) -> Optional[Dict[str, str]]: ...
     @property
     def identity(self) -> Optional[Dict[str, Any]]: ...
+    @property
+    def network(self) -> Optional[_NetworkReceipt]: ...
     def has(self, capability: str, mechanism: str) -> bool: ...
     def to_dict(self) -> Dict[str, Any]: ...
 
