@@ -619,10 +619,12 @@ pub struct Limits {
     pub cpus: f64,
     /// Bytes the run may move through the egress proxy (both directions, all connections
     /// together) under a network allowlist. Past it the connection at hand is closed and
-    /// later ones refused ([`crate::LimitKind::EgressBytes`]); the run goes on. Default: 1 GiB.
+    /// later ones refused ([`crate::LimitKind::EgressBytes`]); the run goes on. `0` allows
+    /// connections but no bytes. Default: 1 GiB.
     pub egress_bytes: ByteSize,
     /// Connections the run may ask the egress proxy for (allowed or refused). Past it they
-    /// are refused ([`crate::LimitKind::EgressConnections`]). Default: 1024.
+    /// are refused ([`crate::LimitKind::EgressConnections`]); `0` refuses every one. Default:
+    /// 1024.
     pub egress_connections: u32,
 }
 

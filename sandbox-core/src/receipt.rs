@@ -258,6 +258,26 @@ impl fmt::Display for Receipt {
         for e in &self.enforced {
             writeln!(f, "  {}: {} ({})", e.capability, e.mechanism, e.detail)?;
         }
+        if let Some(n) = &self.network {
+            let allowed = n.decisions.iter().filter(|d| d.allowed).count();
+            writeln!(
+                f,
+                "  egress via {}: {allowed} allowed, {} refused, {} connections, {} bytes{}",
+                n.enforcer,
+                n.decisions.len() - allowed,
+                n.connections,
+                n.bytes,
+                match n.dropped {
+                    0 => String::new(),
+                    dropped => format!(" ({dropped} more decisions not kept)"),
+                }
+            )?;
+            for d in n.decisions.iter().filter(|d| d.allowed) {
+                let addr = d.addr.map(|a| format!(" ({a})")).unwrap_or_default();
+                let rule = d.rule.as_deref().unwrap_or_default();
+                writeln!(f, "    allowed {}:{}{addr} by {rule}", d.host, d.port)?;
+            }
+        }
         for g in &self.gaps {
             writeln!(f, "  GAP {}: {}", g.capability, g.reason)?;
         }

@@ -131,7 +131,12 @@ fn main() {
         d.sort();
         p.sort();
         let us = |x: Duration| x.as_secs_f64() * 1e6;
-        println!("load: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+        println!(
+            "load: {}",
+            std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .trim()
+        );
         println!("connection + 1-byte round trip, {conns} each (µs):");
         for (name, q) in [("p50", 0.5), ("p90", 0.9)] {
             let (a, b) = (percentile(&d, q), percentile(&p, q));
