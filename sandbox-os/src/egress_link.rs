@@ -109,6 +109,25 @@ pub fn receive_listener(link: &UnixStream, timeout: Duration) -> io::Result<Opti
     }
 }
 
+/// Binds the proxy's listener inside the network namespace of process `pid` (a container
+/// engine's container, whose own init cannot do it), from a short-lived thread that enters
+/// that namespace and exits: the rest of the process never changes namespace. Needs
+/// `CAP_SYS_ADMIN` over the namespace (the engines' root).
+pub fn listener_in_namespace_of(pid: u32) -> io::Result<TcpListener> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    std::thread::Builder::new()
+        .name("strata-netns".into())
+        .spawn(move || {
+            rustix::thread::move_into_link_name_space(
+                ns.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )?;
+            TcpListener::bind(proxy_addr())
+        })?
+        .join()
+        .map_err(|_| io::Error::other("the network-namespace thread panicked"))?
+}
+
 /// Every address of the host's interfaces (the egress policy refuses names that resolve
 /// to one). Interfaces without an IPv4 or IPv6 address are skipped.
 pub fn host_addresses() -> io::Result<Vec<IpAddr>> {

@@ -522,6 +522,15 @@ impl ProcessBackend {
         Ok(output)
     }
 
+    /// The egress proxy of this backend, started on first use; `Err` says why it could
+    /// not start (then every later call says the same).
+    pub(crate) fn egress_host(&self) -> std::result::Result<&EgressHost, String> {
+        self.egress
+            .get_or_init(|| EgressHost::start().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     /// For a run under a non-empty allowlist: registers it with the egress proxy (started
     /// on first use). If the proxy cannot start, a strict run is refused; a best-effort run
     /// gets no network at all (an empty allowlist) and the gap is listed.
@@ -534,10 +543,7 @@ impl ProcessBackend {
         if spec.net() != NetMode::Egress {
             return Ok(None);
         }
-        let started = self
-            .egress
-            .get_or_init(|| EgressHost::start().map_err(|e| e.to_string()));
-        match started {
+        match self.egress_host() {
             Ok(host) => {
                 let run = RunEgress::register(host, &spec.run.net, &spec.run.limits)?;
                 Ok(Some((run, host)))
