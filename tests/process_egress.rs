@@ -139,6 +139,61 @@ fn unlisted_host_unlisted_port_and_unlisted_ip_literal_are_refused_and_logged() 
 }
 
 #[test]
+fn tls_or_http_naming_another_host_inside_an_allowed_tunnel_is_cut() {
+    if !require_root("tls_or_http_naming_another_host_inside_an_allowed_tunnel_is_cut") {
+        return;
+    }
+    let up = Upstream::start();
+    let caps = allow(&[
+        format!("{}:{HTTP_PORT}", up.name),
+        format!("{}:{HTTPS_PORT}", up.name),
+    ])
+    .read_only(up.dir.path());
+    // curl --connect-to tunnels to the allowed host while its TLS server name (and its
+    // Host header) name another: the front-end trick of domain fronting.
+    let fronted = |scheme: &str, port: u16| {
+        format!(
+            "curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' --proxytunnel --cacert {cert} \
+             --connect-to evil.example:{port}:{name}:{port} {scheme}://evil.example:{port}/; true",
+            cert = up.cert().display(),
+            name = up.name,
+        )
+    };
+    let script = [
+        fronted("https", HTTPS_PORT),
+        fronted("http", HTTP_PORT),
+        format!(
+            "curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' --cacert {} {}",
+            up.cert().display(),
+            up.https_url("hello")
+        ),
+    ]
+    .join(";");
+    let out = run_with(&sandbox(), &sh(&script), &caps);
+    let codes = lines(&out);
+    assert_eq!(codes, ["000", "000", "200"], "{}", stderr(&out));
+    let cut: Vec<&EgressDecision> = refusals(&out)
+        .into_iter()
+        .filter(|d| d.refusal == Some(EgressRefusal::BadRequest))
+        .collect();
+    assert_eq!(cut.len(), 2, "{:?}", network(&out));
+    assert!(
+        cut[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("TLS server name")),
+        "{cut:?}"
+    );
+    assert!(
+        cut[1]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("HTTP Host")),
+        "{cut:?}"
+    );
+}
+
+#[test]
 fn connecting_around_the_proxy_reaches_nothing() {
     if !require_root("connecting_around_the_proxy_reaches_nothing") {
         return;

@@ -47,7 +47,10 @@ use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use crate::first_bytes::FirstBytes;
+
 mod decision;
+pub mod first_bytes;
 pub mod resolve;
 
 /// Longest request head (request line and headers, with the final blank line), in bytes.
@@ -883,8 +886,8 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
     {
         return;
     }
-    splice(client, upstream, early, &run, |limit| {
-        refuse(&run, host_text, port, Some(addr), Refusal::Budget(limit));
+    splice(client, upstream, early, &run, host_text, |why| {
+        refuse(&run, host_text, port, Some(addr), why);
     })
     .await;
 }
@@ -1028,14 +1031,16 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
     let (mut client_read, mut client_write) = tokio::io::split(client);
     let (mut up_read, mut up_write) = upstream.into_split();
     let up = async {
-        run.take_bytes(request.len() as u64).map_err(Stop::Budget)?;
+        run.take_bytes(request.len() as u64)
+            .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
         up_write
             .write_all(request.as_bytes())
             .await
             .map_err(|_| Stop::Io)?;
         let early_body = early.len().min(usize::try_from(body).unwrap_or(usize::MAX));
         if early_body > 0 {
-            run.take_bytes(early_body as u64).map_err(Stop::Budget)?;
+            run.take_bytes(early_body as u64)
+                .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
             up_write
                 .write_all(&early[..early_body])
                 .await
@@ -1052,7 +1057,8 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
             if n == 0 {
                 return Err(Stop::Io);
             }
-            run.take_bytes(n as u64).map_err(Stop::Budget)?;
+            run.take_bytes(n as u64)
+                .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
             up_write.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
             left -= n as u64;
         }
@@ -1061,8 +1067,8 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
         Ok::<_, Stop>(up_write)
     };
     let down = copy(&mut up_read, &mut client_write, run);
-    if let Err(Stop::Budget(limit)) = tokio::try_join!(up, down) {
-        refuse(run, host_text, port, Some(addr), Refusal::Budget(limit));
+    if let Err(Stop::Refused(why)) = tokio::try_join!(up, down) {
+        refuse(run, host_text, port, Some(addr), why);
     }
 }
 
@@ -1106,8 +1112,8 @@ async fn serve_socks<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Wea
     if client.write_all(&socks_reply(0x00)).await.is_err() {
         return;
     }
-    splice(client, upstream, Vec::new(), &run, |limit| {
-        refuse(&run, &host_text, port, Some(addr), Refusal::Budget(limit));
+    splice(client, upstream, Vec::new(), &run, &host_text, |why| {
+        refuse(&run, &host_text, port, Some(addr), why);
     })
     .await;
 }
@@ -1206,31 +1212,95 @@ async fn socks_handshake<S: AsyncRead + AsyncWrite + Unpin>(
 /// Copies bytes both ways until both sides are done, counting them against the run's byte
 /// budget. Exceeding it calls `on_budget` (which logs it) and then drops both sides, so the
 /// log has the reason before the client sees the connection close.
+/// Splices a tunnel both ways, counting bytes against the run's budget. The client's first
+/// bytes are inspected before any reach the upstream: a TLS server name or HTTP `Host`
+/// naming another host than `authority` (the host the policy allowed) ends the tunnel, as
+/// do malformed ones (see [`first_bytes`]). Upstream bytes flow from the start, so
+/// server-speaks-first protocols work. `on_stop` gets why a tunnel was cut.
 async fn splice<S: AsyncRead + AsyncWrite + Unpin>(
     client: S,
     upstream: TcpStream,
     early: Vec<u8>,
     run: &RunState,
-    on_budget: impl FnOnce(BudgetLimit),
+    authority: &str,
+    on_stop: impl FnOnce(Refusal),
 ) {
     let (mut client_read, mut client_write) = tokio::io::split(client);
     let (mut up_read, mut up_write) = upstream.into_split();
     let up = async {
+        let mut early = early;
+        inspect_first_bytes(&mut client_read, &mut early, authority)
+            .await
+            .map_err(Stop::Refused)?;
         if !early.is_empty() {
-            run.take_bytes(early.len() as u64).map_err(Stop::Budget)?;
+            run.take_bytes(early.len() as u64)
+                .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
             up_write.write_all(&early).await.map_err(|_| Stop::Io)?;
         }
         copy(&mut client_read, &mut up_write, run).await
     };
     let down = copy(&mut up_read, &mut client_write, run);
-    if let Err(Stop::Budget(limit)) = tokio::try_join!(up, down) {
-        on_budget(limit);
+    if let Err(Stop::Refused(why)) = tokio::try_join!(up, down) {
+        on_stop(why);
+    }
+}
+
+/// Reads the client's first bytes into `early` until [`first_bytes::classify`] can decide,
+/// and refuses a destination other than `authority`. A client that sends nothing (or
+/// closes) has nothing to check; once it started, it has [`HEAD_TIMEOUT`] to finish.
+async fn inspect_first_bytes<R: AsyncRead + Unpin>(
+    client: &mut R,
+    early: &mut Vec<u8>,
+    authority: &str,
+) -> Result<(), Refusal> {
+    let authority = authority
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    let mismatch = |what: &str, name: &str| {
+        Refusal::BadRequest(format!(
+            "the tunnel's {what} {name:?} differs from the allowed host {authority:?}"
+        ))
+    };
+    let mut chunk = [0u8; 4096];
+    let mut deadline = None;
+    loop {
+        match first_bytes::classify(early) {
+            FirstBytes::NeedMore => {}
+            FirstBytes::Tls { sni: Some(name) } if name != authority => {
+                return Err(mismatch("TLS server name", &name))
+            }
+            FirstBytes::Http { host: Some(host) } if host != authority => {
+                return Err(mismatch("HTTP Host", &host))
+            }
+            FirstBytes::Malformed(why) => return Err(Refusal::BadRequest(why.to_string())),
+            _ => return Ok(()),
+        }
+        let read = client.read(&mut chunk);
+        let n = match deadline {
+            None => read.await,
+            Some(deadline) => match tokio::time::timeout_at(deadline, read).await {
+                Ok(read) => read,
+                Err(_) => {
+                    return Err(Refusal::BadRequest(
+                        "the client's first bytes did not arrive in time".into(),
+                    ))
+                }
+            },
+        };
+        match n {
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(n) => {
+                early.extend_from_slice(&chunk[..n]);
+                deadline.get_or_insert_with(|| tokio::time::Instant::now() + HEAD_TIMEOUT);
+            }
+        }
     }
 }
 
 enum Stop {
     Io,
-    Budget(BudgetLimit),
+    Refused(Refusal),
 }
 
 async fn copy<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
@@ -1245,7 +1315,8 @@ async fn copy<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             let _ = to.shutdown().await;
             return Ok(());
         }
-        run.take_bytes(n as u64).map_err(Stop::Budget)?;
+        run.take_bytes(n as u64)
+            .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
         to.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
     }
 }

@@ -920,3 +920,35 @@ async fn budget_cuts_become_typed_receipt_limits() {
     assert_eq!(cut.limit, Some(sandbox_core::LimitKind::EgressConnections));
     assert_eq!(receipt.connections, 2);
 }
+
+#[tokio::test]
+async fn http_host_inside_a_tunnel_naming_another_host_is_cut_before_reaching_upstream() {
+    let (port, accepted) = echo_server().await;
+    let rules = [format!("127.0.0.1/32:{port}")];
+    let (_proxy, grant, addr) = proxy_with(&rules, Budget::UNLIMITED).await;
+    let (status, mut tunnel) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 200);
+    tunnel
+        .write_all(b"GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut back = Vec::new();
+    let read = tokio::time::timeout(WAIT, tunnel.read_to_end(&mut back)).await;
+    assert!(read.is_ok(), "the tunnel stayed open");
+    assert!(
+        back.is_empty(),
+        "the request reached the upstream: {back:?}"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    let (events, _) = grant.drain_log();
+    let refused = refusals(&events);
+    assert!(
+        matches!(&refused[..], [Refusal::BadRequest(why)] if why.contains("evil.example")),
+        "{refused:?}"
+    );
+
+    // The same request naming the allowed host goes through.
+    let (status, mut tunnel) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 200);
+    echo_roundtrip(&mut tunnel, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+}
