@@ -76,6 +76,39 @@ pub struct Caps {
     /// with a letter or digit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// Secrets the tool may use only toward named hosts, under a network allowlist.
+    /// Default: none. The tool's environment holds a per-run placeholder in each
+    /// [`Secret::env`]; the egress proxy puts the value in place of the placeholder in the
+    /// request headers it forwards to the secret's hosts, and nowhere else (HTTPS through a
+    /// per-run certificate authority the sandbox trusts). The value is never in the
+    /// sandbox, the run spec, receipts or logs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<Secret>,
+}
+
+/// A secret bound to hosts (see [`Caps::secrets`]).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Secret {
+    /// The environment variable the tool gets, holding a placeholder (never the value).
+    pub env: String,
+    /// The value. Not written back out by serialization (`Caps::to_json` omits it), and
+    /// redacted by `Debug`. Printable text: no control characters (it goes into headers).
+    #[serde(skip_serializing, default)]
+    pub value: String,
+    /// Where the value may go: exact host names or `*.domain` wildcards (the allowlist's
+    /// rule syntax, without ports). At least one.
+    pub hosts: Vec<String>,
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secret")
+            .field("env", &self.env)
+            .field("value", &"<redacted>")
+            .field("hosts", &self.hosts)
+            .finish()
+    }
 }
 
 impl Default for Caps {
@@ -111,6 +144,7 @@ impl Caps {
             workdir: None,
             container: None,
             agent: None,
+            secrets: Vec::new(),
         }
     }
 

@@ -120,6 +120,8 @@ pub enum Field {
     Workspace,
     /// `agent`: the agent the run acts for.
     Agent,
+    /// `secrets`: secrets bound to hosts, sent by the egress proxy.
+    Secrets,
 }
 
 /// A key of one entry of `mounts`.
@@ -463,6 +465,17 @@ pub const CAPS: &[Name<Field>] = &[
         Some("agent"),
         Some("agent"),
         &["--agent"],
+    ),
+    with(
+        row(
+            Field::Secrets,
+            Some("secrets"),
+            Some("secrets"),
+            Some("secrets"),
+            &["--secret"],
+        ),
+        &[],
+        "a list of {env, value, hosts}; the CLI takes --secret NAME@HOST[,HOST...] with the value from its own environment variable NAME",
     ),
 ];
 
@@ -840,6 +853,7 @@ mod tests {
                 Field::ReadOnly,
                 Field::ReadWrite,
                 Field::ProtectHostExecuted,
+                Field::Secrets,
             ];
             if let (Some(flag), Some(py)) = (name.cli.first(), python) {
                 if !exceptions.contains(&name.field) {

@@ -78,6 +78,10 @@ pub struct EgressDecision {
     /// Why it was refused, for people (names the rule, range or limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Secrets (by variable name, never value) whose values went into this request, which
+    /// their bindings allow. Empty for every other decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// The family of an egress refusal.

@@ -81,6 +81,7 @@ pub(crate) fn caps(caps: &Caps) -> Result<()> {
             net_rule(rule)?;
         }
     }
+    secrets(caps)?;
     let limits = &caps.limits;
     let positive = [
         ("timeout", limits.timeout.as_nanos() > 0),
@@ -106,6 +107,75 @@ pub(crate) fn caps(caps: &Caps) -> Result<()> {
     }
     if matches!(limits.address_space, Some(a) if a.bytes() < 1 << 20) {
         return Err(Error::invalid("limit address_space is below 1M"));
+    }
+    Ok(())
+}
+
+/// Variables the egress proxy sets for the tool; a secret may not take their names.
+const PROXY_VARIABLES: [&str; 6] = [
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+];
+
+/// Secrets: only under a non-empty allowlist; a variable name of their own; a printable
+/// value; hosts in the allowlist's name syntax.
+fn secrets(caps: &Caps) -> Result<()> {
+    if caps.secrets.is_empty() {
+        return Ok(());
+    }
+    if !matches!(&caps.net, crate::caps::Net::Allow(rules) if !rules.is_empty()) {
+        return Err(Error::invalid(
+            "secrets need a network allowlist (net allow:HOST,...): they are sent by the egress proxy",
+        ));
+    }
+    let mut names = HashSet::new();
+    for secret in &caps.secrets {
+        let name = &secret.env;
+        let valid_name = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_name {
+            return Err(Error::invalid(format!(
+                "secret variable name {name:?} is invalid: use letters, digits and '_', not starting with a digit"
+            )));
+        }
+        if caps.env.contains_key(name) || PROXY_VARIABLES.contains(&name.as_str()) {
+            return Err(Error::invalid(format!(
+                "secret variable {name} would replace another variable (caps env or a proxy variable)"
+            )));
+        }
+        if !names.insert(name) {
+            return Err(Error::invalid(format!(
+                "two secrets use the variable {name}"
+            )));
+        }
+        if secret.value.is_empty() || secret.value.chars().any(|c| c.is_control()) {
+            return Err(Error::invalid(format!(
+                "secret {name}: the value must be non-empty printable text (no CR, LF, NUL or other control characters: it goes into request headers)"
+            )));
+        }
+        if secret.hosts.is_empty() {
+            return Err(Error::invalid(format!(
+                "secret {name}: name the hosts it may be sent to"
+            )));
+        }
+        for host in &secret.hosts {
+            let rule = NetRule {
+                host: host.clone(),
+                port: None,
+            };
+            crate::egress::EgressPolicy::new(std::slice::from_ref(&rule))
+                .map_err(|e| Error::invalid(format!("secret {name}: host {host:?}: {e}")))?;
+            if host.parse::<std::net::IpAddr>().is_ok() || host.contains('/') {
+                return Err(Error::invalid(format!(
+                    "secret {name}: host {host:?} is an address; bind secrets to host names (HTTPS certificates name hosts)"
+                )));
+            }
+        }
     }
     Ok(())
 }

@@ -8,8 +8,13 @@ use crate::{BudgetLimit, EgressEvent, Outcome, Refusal, RunGrant};
 impl EgressEvent {
     /// This decision as a receipt entry.
     pub fn to_decision(&self) -> EgressDecision {
+        let mut secrets = Vec::new();
         let (allowed, rule, refusal, limit, reason) = match &self.outcome {
             Outcome::Allowed { rule } => (true, Some(rule.clone()), None, None, None),
+            Outcome::SecretsSent { env } => {
+                secrets.clone_from(env);
+                (true, None, None, None, None)
+            }
             Outcome::Refused(why) => {
                 let (family, limit) = match why {
                     Refusal::Policy(_) => (EgressRefusal::Policy, None),
@@ -35,6 +40,7 @@ impl EgressEvent {
             refusal,
             limit,
             reason,
+            secrets,
         }
     }
 }

@@ -51,7 +51,9 @@ use crate::first_bytes::FirstBytes;
 
 mod decision;
 pub mod first_bytes;
+mod intercept;
 pub mod resolve;
+pub mod secrets;
 
 /// Longest request head (request line and headers, with the final blank line), in bytes.
 pub const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -163,6 +165,12 @@ pub enum Outcome {
         /// The rule.
         rule: String,
     },
+    /// The values of these secrets (by variable name) went into a request to this host,
+    /// which their bindings allow.
+    SecretsSent {
+        /// The variables.
+        env: Vec<String>,
+    },
     /// Refused, or cut after being allowed (a budget).
     Refused(Refusal),
 }
@@ -185,6 +193,10 @@ pub struct EgressEvent {
 struct RunState {
     policy: EgressPolicy,
     budget: Budget,
+    /// Secrets bound to hosts, substituted in request headers to those hosts.
+    secrets: Vec<secrets::BoundSecret>,
+    /// The run's certificate authority, when it has secrets (for HTTPS interception).
+    ca: Option<intercept::RunCa>,
     connections: AtomicU64,
     bytes: AtomicU64,
     log: Mutex<RunLog>,
@@ -199,6 +211,11 @@ struct RunLog {
 impl RunState {
     fn record(&self, event: EgressEvent) {
         match &event.outcome {
+            Outcome::SecretsSent { env } => tracing::info!(
+                target: "strata::egress",
+                host = ?event.host, port = event.port, addr = ?event.addr, secrets = ?env,
+                "secrets sent to their bound host"
+            ),
             Outcome::Allowed { rule } => tracing::info!(
                 target: "strata::egress",
                 host = ?event.host, port = event.port, addr = ?event.addr, rule = %rule,
@@ -314,12 +331,33 @@ impl EgressProxy {
     /// Registers a run: its policy, its budget, and a fresh random credential. The run's
     /// connections are accepted until the returned grant drops.
     pub fn register(&self, policy: EgressPolicy, budget: Budget) -> io::Result<RunGrant> {
+        self.register_with_secrets(policy, budget, Vec::new())
+    }
+
+    /// Like [`EgressProxy::register`], with secrets bound to hosts: requests to a secret's
+    /// hosts get its value in place of its placeholder, in headers. With secrets, the run
+    /// gets its own certificate authority ([`RunGrant::ca_pem`]): HTTPS tunnels to a
+    /// secret's hosts are terminated with a certificate it issues (name-constrained to the
+    /// secrets' hosts), and re-encrypted to the upstream, verified against the system's
+    /// roots (`SSL_CERT_FILE` is honoured).
+    pub fn register_with_secrets(
+        &self,
+        policy: EgressPolicy,
+        budget: Budget,
+        secrets: Vec<secrets::BoundSecret>,
+    ) -> io::Result<RunGrant> {
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(|err| io::Error::other(err.to_string()))?;
         let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let ca = match secrets.is_empty() {
+            true => None,
+            false => Some(intercept::RunCa::new(&secrets)?),
+        };
         let state = Arc::new(RunState {
             policy,
             budget,
+            secrets,
+            ca,
             connections: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             log: Mutex::default(),
@@ -442,6 +480,12 @@ impl RunGrant {
         let mut log = lock(&self.state.log);
         let dropped = std::mem::take(&mut log.dropped);
         (std::mem::take(&mut log.events), dropped)
+    }
+
+    /// The run's certificate authority (PEM), when it has secrets: the sandbox must trust
+    /// it for HTTPS to the secrets' hosts.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.state.ca.as_ref().map(intercept::RunCa::pem)
     }
 
     /// Connection requests counted against the budget so far.
@@ -886,6 +930,10 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
     {
         return;
     }
+    if intercept::intercepts(&run, host_text) {
+        intercept::serve_intercepted(client, upstream, early, &run, host_text, port, addr).await;
+        return;
+    }
     splice(client, upstream, early, &run, host_text, |why| {
         refuse(&run, host_text, port, Some(addr), why);
     })
@@ -976,10 +1024,47 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
     };
+    let body = match check_request_headers(&head, host_text, port, 80) {
+        Ok(body) => body,
+        Err((status, why)) => {
+            refuse(run, host_text, port, None, Refusal::BadRequest(why));
+            respond(&mut client, status, "").await;
+            return;
+        }
+    };
+    let (addr, upstream) = match open_upstream(run, host_text, port).await {
+        Ok(opened) => opened,
+        Err(fail) => {
+            respond(&mut client, fail.http_status(), "").await;
+            return;
+        }
+    };
+    let request = build_request(run, &head, &path, authority, host_text, port, addr);
+    forward_request(client, upstream, run, request, early, body, |why| {
+        refuse(run, host_text, port, Some(addr), why);
+    })
+    .await;
+}
+
+/// Checks the headers of a request to `host_text:port` (`default_port` when the `Host`
+/// header names none): one decimal `Content-Length` at most, no `Transfer-Encoding`, and a
+/// `Host` naming the same authority. Returns the body length, or the status and reason of
+/// a refusal.
+fn check_request_headers(
+    head: &Head,
+    host_text: &str,
+    port: u16,
+    default_port: u16,
+) -> Result<u64, (&'static str, String)> {
     let mut length: Option<u64> = None;
     for (name, value) in &head.headers {
         let problem = match name.as_str() {
-            "transfer-encoding" => Some("Transfer-Encoding is not proxied".to_string()),
+            "transfer-encoding" => {
+                return Err((
+                    "501 Not Implemented",
+                    "Transfer-Encoding is not proxied".to_string(),
+                ))
+            }
             "content-length" if length.is_some() => Some("two Content-Length headers".into()),
             "content-length" => match value.parse::<u64>() {
                 Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => {
@@ -988,7 +1073,7 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 _ => Some(format!("invalid Content-Length {value:?}")),
             },
-            "host" => match split_authority_default(value, 80) {
+            "host" => match split_authority_default(value, default_port) {
                 Ok((h, p))
                     if p == port
                         && Host::parse(h).is_ok()
@@ -997,39 +1082,67 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
                     None
                 }
                 _ => Some(format!(
-                    "the Host header {value:?} differs from the request URI"
+                    "the Host header {value:?} differs from the request's destination"
                 )),
             },
             _ => None,
         };
         if let Some(why) = problem {
-            let status = if name == "transfer-encoding" {
-                "501 Not Implemented"
-            } else {
-                "400 Bad Request"
-            };
-            refuse(run, host_text, port, None, Refusal::BadRequest(why));
-            respond(&mut client, status, "").await;
-            return;
+            return Err(("400 Bad Request", why));
         }
     }
-    let (addr, upstream) = match open_upstream(run, host_text, port).await {
-        Ok(opened) => opened,
-        Err(fail) => {
-            respond(&mut client, fail.http_status(), "").await;
-            return;
-        }
-    };
+    Ok(length.unwrap_or(0))
+}
+
+/// The request forwarded upstream: origin-form, the client's headers but hop-by-hop and
+/// proxy ones, `connection: close`, and the run's secrets bound to `host_text` in place of
+/// their placeholders (logged as a decision naming the variables, never the values).
+fn build_request(
+    run: &RunState,
+    head: &Head,
+    path: &str,
+    authority: &str,
+    host_text: &str,
+    port: u16,
+    addr: IpAddr,
+) -> String {
+    let mut headers = head.headers.clone();
+    let sent = secrets::substitute(&mut headers, &run.secrets, host_text);
+    if !sent.is_empty() {
+        run.record(EgressEvent {
+            host: host_text.to_string(),
+            port,
+            addr: Some(addr),
+            outcome: Outcome::SecretsSent { env: sent },
+        });
+    }
     let mut request = format!("{} {path} HTTP/1.1\r\nhost: {authority}\r\n", head.method);
-    for (name, value) in &head.headers {
+    for (name, value) in &headers {
         if !DROPPED_HEADERS.contains(&name.as_str()) {
             request.push_str(&format!("{name}: {value}\r\n"));
         }
     }
     request.push_str("connection: close\r\n\r\n");
-    let body = length.unwrap_or(0);
+    request
+}
+
+/// Sends `request` and `body` bytes of the client's body (starting with `early`) upstream,
+/// and the whole response back, counting bytes against the run's budget. Nothing after
+/// the body is forwarded (one request per connection). `on_stop` gets why it was cut.
+async fn forward_request<C, U>(
+    client: C,
+    upstream: U,
+    run: &RunState,
+    request: String,
+    early: Vec<u8>,
+    body: u64,
+    on_stop: impl FnOnce(Refusal),
+) where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
     let (mut client_read, mut client_write) = tokio::io::split(client);
-    let (mut up_read, mut up_write) = upstream.into_split();
+    let (mut up_read, mut up_write) = tokio::io::split(upstream);
     let up = async {
         run.take_bytes(request.len() as u64)
             .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
@@ -1062,13 +1175,14 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
             up_write.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
             left -= n as u64;
         }
+        up_write.flush().await.map_err(|_| Stop::Io)?;
         // Keep the upstream write side open (some servers treat a half-close as an
         // abort); nothing more from the client is forwarded.
         Ok::<_, Stop>(up_write)
     };
     let down = copy(&mut up_read, &mut client_write, run);
     if let Err(Stop::Refused(why)) = tokio::try_join!(up, down) {
-        refuse(run, host_text, port, Some(addr), why);
+        on_stop(why);
     }
 }
 
@@ -1110,6 +1224,11 @@ async fn serve_socks<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Wea
         }
     };
     if client.write_all(&socks_reply(0x00)).await.is_err() {
+        return;
+    }
+    if intercept::intercepts(&run, &host_text) {
+        intercept::serve_intercepted(client, upstream, Vec::new(), &run, &host_text, port, addr)
+            .await;
         return;
     }
     splice(client, upstream, Vec::new(), &run, &host_text, |why| {
