@@ -331,6 +331,12 @@ pub enum DenyReason {
         /// What is wrong with it.
         reason: String,
     },
+    /// Not an outbound connection: binding to a chosen address or port, listening,
+    /// accepting, or UDP. An allowlist admits outbound TCP connections only.
+    Inbound {
+        /// What was asked for (`listen on 0.0.0.0:8080`).
+        what: String,
+    },
     /// The address to connect to is not the IP literal that was checked.
     AddressMismatch {
         /// The address the host names.
@@ -355,6 +361,10 @@ impl fmt::Display for DenyReason {
                 write!(f, "{addr} is an address of the host itself")
             }
             DenyReason::InvalidName { reason } => write!(f, "invalid host: {reason}"),
+            DenyReason::Inbound { what } => write!(
+                f,
+                "{what} is refused: an allowlist admits outbound TCP connections only"
+            ),
             DenyReason::AddressMismatch { host, addr } => {
                 write!(f, "the host is {host} but the connection is to {addr}")
             }
@@ -620,6 +630,35 @@ impl EgressPolicy {
         }
     }
 
+    /// Before resolution when no port is known yet (a WASI `ip-name-lookup`, which resolves
+    /// a bare name and connects later): may `host` be resolved at all? A name needs a name
+    /// rule that matches it, whatever port that rule admits, so a name outside the
+    /// allowlist is never resolved; an IP literal needs an IP/CIDR rule containing it (it is
+    /// not resolved either way).
+    ///
+    /// This admits strictly more than [`EgressPolicy::check_name`] for some port: every
+    /// connection is still checked with [`EgressPolicy::check_addr`] for its port.
+    pub fn check_lookup(&self, host: &str) -> Decision {
+        let parsed = match Host::parse(host) {
+            Err(reason) => return Decision::deny(DenyReason::InvalidName { reason }),
+            Ok(parsed) => parsed,
+        };
+        let matching = self
+            .rules
+            .iter()
+            .find(|rule| match (&rule.target, &parsed) {
+                (Target::Net(net), Host::Ip(ip)) => net.contains(*ip),
+                (Target::Net(_), Host::Name(_)) | (_, Host::Ip(_)) => false,
+                (target, Host::Name(name)) => name_matches(target, name),
+            });
+        match matching {
+            Some(rule) => Decision::Allow {
+                rule: rule.text.clone(),
+            },
+            None => Decision::deny(DenyReason::NoRule),
+        }
+    }
+
     /// At `connect()` time: may the tool connect to `addr:port`, which `host` resolved to
     /// (or which `host` is, for an IP literal)? The host must pass
     /// [`EgressPolicy::check_name`], and `addr` must be outside the [`ReservedRange`]s
@@ -650,15 +689,7 @@ impl EgressPolicy {
     fn check_parsed_name(&self, name: &str, port: u16) -> Decision {
         let mut named = false;
         for rule in &self.rules {
-            let matches = match &rule.target {
-                Target::Exact(exact) => exact == name,
-                Target::Below(domain) => name
-                    .strip_suffix(domain.as_str())
-                    .and_then(|prefix| prefix.strip_suffix('.'))
-                    .is_some_and(|label| !label.is_empty()),
-                Target::Net(_) => false,
-            };
-            if matches {
+            if name_matches(&rule.target, name) {
                 named = true;
                 if rule.admits_port(port) {
                     return Decision::Allow {
@@ -730,6 +761,18 @@ impl EgressPolicy {
                 net: range_net,
             }),
         })
+    }
+}
+
+/// Whether the name rule `target` matches `name` (an IP/CIDR rule never matches a name).
+fn name_matches(target: &Target, name: &str) -> bool {
+    match target {
+        Target::Exact(exact) => exact == name,
+        Target::Below(domain) => name
+            .strip_suffix(domain.as_str())
+            .and_then(|prefix| prefix.strip_suffix('.'))
+            .is_some_and(|label| !label.is_empty()),
+        Target::Net(_) => false,
     }
 }
 
@@ -1237,5 +1280,46 @@ mod tests {
         assert_eq!(host, Host::Name("api.example.com".into()));
         assert_eq!(host.resolver_name().as_deref(), Some("api.example.com."));
         assert_eq!(Host::parse("10.0.0.1").expect("ip").resolver_name(), None);
+    }
+
+    #[test]
+    fn a_portless_lookup_admits_only_names_some_rule_matches() {
+        let p = policy("api.example.com:8443,*.cdn.example.net,10.0.0.0/8:22");
+        assert_eq!(
+            allowed_by(p.check_lookup("API.example.com")),
+            "api.example.com:8443"
+        );
+        assert_eq!(
+            allowed_by(p.check_lookup("a.b.cdn.example.net")),
+            "*.cdn.example.net"
+        );
+        for name in [
+            "example.com",
+            "cdn.example.net",
+            "evil.com",
+            "api.example.com.evil",
+        ] {
+            assert_eq!(
+                denied_by(p.check_lookup(name)),
+                DenyReason::NoRule,
+                "{name}"
+            );
+        }
+        // An IP/CIDR rule never admits a name, and a name rule never an address.
+        assert_eq!(allowed_by(p.check_lookup("10.2.3.4")), "10.0.0.0/8:22");
+        assert_eq!(denied_by(p.check_lookup("192.0.2.1")), DenyReason::NoRule);
+        for bad in ["api.example.com\0", "0x7f.0.0.1", "a@api.example.com", ""] {
+            assert!(
+                matches!(
+                    denied_by(p.check_lookup(bad)),
+                    DenyReason::InvalidName { .. }
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            denied_by(EgressPolicy::deny_all().check_lookup("api.example.com")),
+            DenyReason::NoRule
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The proxy's log in the receipt's vocabulary ([`sandbox_core::NetworkReceipt`]).
 
-use sandbox_core::receipt::{EgressDecision, EgressRefusal, NetworkReceipt};
+use sandbox_core::receipt::{Capability, Denial, EgressDecision, EgressRefusal, NetworkReceipt};
 use sandbox_core::LimitKind;
 
 use crate::{BudgetLimit, EgressEvent, Outcome, Refusal, RunGrant};
@@ -59,4 +59,28 @@ impl RunGrant {
             dropped,
         }
     }
+}
+
+/// A [`Denial`] (capability `net`) for each refused decision of `receipt`, for the
+/// receipt's `denials`. Port 0 (no port known: a name lookup, or a request without a valid
+/// port) is left out of the text.
+pub fn denials(receipt: &NetworkReceipt) -> Vec<Denial> {
+    receipt
+        .decisions
+        .iter()
+        .filter(|d| !d.allowed)
+        .map(|d| {
+            let target = match d.port {
+                0 => d.host.clone(),
+                port => format!("{}:{port}", d.host),
+            };
+            Denial {
+                capability: Capability::Net,
+                detail: format!(
+                    "egress to {target} refused: {}",
+                    d.reason.as_deref().unwrap_or("refused")
+                ),
+            }
+        })
+        .collect()
 }

@@ -51,9 +51,12 @@ use crate::first_bytes::FirstBytes;
 
 mod decision;
 pub mod first_bytes;
+pub mod host;
 mod intercept;
 pub mod resolve;
 pub mod secrets;
+
+pub use decision::denials;
 
 /// Longest request head (request line and headers, with the final blank line), in bytes.
 pub const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -199,7 +202,16 @@ struct RunState {
     ca: Option<intercept::RunCa>,
     connections: AtomicU64,
     bytes: AtomicU64,
-    log: Mutex<RunLog>,
+    log: EgressLog,
+}
+
+/// A run's decision log, shared by every enforcer (this proxy, the wasm backend's
+/// `wasi:sockets` checks): each event goes to `tracing` (target `strata::egress`, allowed at
+/// `info`, refused at `warn`) and is kept, up to [`MAX_LOG_ENTRIES`] between drains; later
+/// ones are counted.
+#[derive(Debug, Default)]
+pub struct EgressLog {
+    inner: Mutex<RunLog>,
 }
 
 #[derive(Debug, Default)]
@@ -208,8 +220,14 @@ struct RunLog {
     dropped: u64,
 }
 
-impl RunState {
-    fn record(&self, event: EgressEvent) {
+impl EgressLog {
+    /// An empty log.
+    pub fn new() -> EgressLog {
+        EgressLog::default()
+    }
+
+    /// Traces and keeps `event`.
+    pub fn record(&self, event: EgressEvent) {
         match &event.outcome {
             Outcome::SecretsSent { env } => tracing::info!(
                 target: "strata::egress",
@@ -227,15 +245,25 @@ impl RunState {
                 "egress refused"
             ),
         }
-        let mut log = match self.log.lock() {
-            Ok(log) => log,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut log = lock(&self.inner);
         if log.events.len() < MAX_LOG_ENTRIES {
             log.events.push(event);
         } else {
             log.dropped += 1;
         }
+    }
+
+    /// Takes the events kept so far, and how many were dropped past [`MAX_LOG_ENTRIES`].
+    pub fn drain(&self) -> (Vec<EgressEvent>, u64) {
+        let mut log = lock(&self.inner);
+        let dropped = std::mem::take(&mut log.dropped);
+        (std::mem::take(&mut log.events), dropped)
+    }
+}
+
+impl RunState {
+    fn record(&self, event: EgressEvent) {
+        self.log.record(event);
     }
 
     /// Reserves `n` bytes of the byte budget; `Err` if that would exceed it.
@@ -360,7 +388,7 @@ impl EgressProxy {
             ca,
             connections: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            log: Mutex::default(),
+            log: EgressLog::new(),
         });
         lock(&self.runs).insert(token.clone(), state.clone());
         Ok(RunGrant {
@@ -477,9 +505,7 @@ impl RunGrant {
     /// Takes the decisions logged so far, and how many were dropped past
     /// [`MAX_LOG_ENTRIES`].
     pub fn drain_log(&self) -> (Vec<EgressEvent>, u64) {
-        let mut log = lock(&self.state.log);
-        let dropped = std::mem::take(&mut log.dropped);
-        (std::mem::take(&mut log.events), dropped)
+        self.state.log.drain()
     }
 
     /// The run's certificate authority (PEM), when it has secrets: the sandbox must trust

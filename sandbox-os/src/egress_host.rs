@@ -5,7 +5,7 @@
 use std::io;
 use std::net::TcpListener;
 
-use sandbox_core::receipt::{Capability, Denial, NetworkReceipt};
+use sandbox_core::receipt::{Denial, NetworkReceipt};
 use sandbox_core::{EgressPolicy, Error, Limits, Net, Result};
 use sandbox_egress::{Attached, Budget, EgressProxy, RunGrant};
 
@@ -130,20 +130,7 @@ impl RunEgress {
             egress_link::proxy_addr().to_string(),
             std::mem::take(&mut self.rules),
         );
-        let denials = receipt
-            .decisions
-            .iter()
-            .filter(|d| !d.allowed)
-            .map(|d| Denial {
-                capability: Capability::Net,
-                detail: format!(
-                    "egress to {}:{} refused: {}",
-                    d.host,
-                    d.port,
-                    d.reason.as_deref().unwrap_or("refused")
-                ),
-            })
-            .collect();
+        let denials = sandbox_egress::denials(&receipt);
         (receipt, denials)
     }
 }

@@ -182,7 +182,7 @@ impl Inner {
     ) -> Result<RunOutput> {
         let _slot = self.slot()?;
         let active = self.ticker.active();
-        let finished = exec::run(RunSpec {
+        let mut finished = exec::run(RunSpec {
             engine: &self.linkers.engine,
             prepared,
             program,
@@ -206,6 +206,10 @@ impl Inner {
         let mut r = self.receipts.get(plan, caps, &facts, ctx.strictness);
         let status: ExitStatus = receipt::status(&finished);
         receipt::denials(&mut r, &finished, caps, &status);
+        if let Some((network, denials)) = finished.network.take() {
+            r.denials.extend(denials);
+            r.network = Some(network);
+        }
         let cpu_us = u64::try_from(finished.cpu.as_micros()).unwrap_or(u64::MAX);
         Ok(RunOutput {
             status,

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sandbox_core::receipt::{Denial, NetworkReceipt};
 use sandbox_core::{CancelToken, Caps, Error, LimitKind, Result, RunContext, Stream, TrapKind};
 use tokio::sync::Notify;
 use wasmtime::{Engine, Store, UpdateDeadline};
@@ -65,6 +66,8 @@ pub(crate) struct Finished {
     pub peak_memory: u64,
     pub memory_refused: Option<u64>,
     pub disk_refused: (bool, bool),
+    /// Under a network allowlist: the receipt's `network` section and its denials.
+    pub network: Option<(NetworkReceipt, Vec<Denial>)>,
 }
 
 /// CPU time of the calling thread (where the wasm fiber runs).
@@ -113,6 +116,7 @@ pub(crate) fn run(spec: RunSpec<'_>) -> Result<Finished> {
         }
         None => Stdin::Bytes(&spec.caps.stdin),
     };
+    let egress = crate::egress::guard(spec.plan, limits)?;
     let wasi = crate::wasi::context(
         spec.plan,
         &spec.program.argv,
@@ -120,6 +124,7 @@ pub(crate) fn run(spec: RunSpec<'_>) -> Result<Finished> {
         &stdout,
         &stderr,
         limits.open_files,
+        egress.as_ref(),
     )?;
     let meter = Arc::new(DiskMeter::new(
         limits.disk.bytes(),
@@ -131,6 +136,7 @@ pub(crate) fn run(spec: RunSpec<'_>) -> Result<Finished> {
             wasi,
             limiter: Limiter::new(spec.plan.memory),
             meter: Arc::clone(&meter),
+            egress: egress.clone(),
         },
     );
     store.limiter(|s| &mut s.limiter);
@@ -176,15 +182,19 @@ pub(crate) fn run(spec: RunSpec<'_>) -> Result<Finished> {
         Err(e) => classify(&e),
     };
     let state = store.data();
+    let (peak_memory, memory_refused) = (state.limiter.peak(), state.limiter.refused());
+    // The store goes first, so lookups still in flight are aborted before the log is read.
+    drop(store);
     Ok(Finished {
         end,
         stdout: stdout.take(),
         stderr: stderr.take(),
         duration: started.elapsed(),
         cpu,
-        peak_memory: state.limiter.peak(),
-        memory_refused: state.limiter.refused(),
+        peak_memory,
+        memory_refused,
         disk_refused: meter.refused(),
+        network: egress.map(|guard| guard.finish()),
     })
 }
 

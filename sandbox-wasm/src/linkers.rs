@@ -1,5 +1,5 @@
 //! The WASI linkers of a backend, built on first use: preview 1 for core modules, preview 2
-//! for components, each with the disk-quota shims. A backend that only runs modules never
+//! for components, each with the disk-quota shims (and, for components, the egress shims). A backend that only runs modules never
 //! pays for the component linker (and the reverse).
 
 use std::sync::OnceLock;
@@ -27,6 +27,7 @@ fn build_component(engine: &Engine) -> wasmtime::Result<component::Linker<State>
     let mut linker = component::Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     crate::quota::shim_p2(&mut linker)?;
+    crate::egress::shim_p2(&mut linker)?;
     Ok(linker)
 }
 

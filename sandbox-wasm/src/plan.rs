@@ -12,11 +12,10 @@
 //! and carries a gap in its receipt with best-effort.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use sandbox_core::grant::{self, EntryKind, HostLookup};
-use sandbox_core::{Access, Capability, Caps, Error, Net, Result, Strictness};
+use sandbox_core::{Access, Capability, Caps, EgressPolicy, Error, Net, Result, Strictness};
 
 /// One preopened directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,23 +49,16 @@ impl HostLookup for Host {
 pub(crate) enum NetPlan {
     /// No sockets at all (preview 1 has none; preview 2 TCP, UDP and name lookup are off).
     None,
-    /// TCP connections to these addresses only; no listening, no UDP, no name lookup.
-    Allow(Vec<(IpAddr, u16)>),
+    /// Preview 2 TCP connections and name lookups checked against this allowlist (see
+    /// [`crate::egress`]); no listening, no UDP.
+    Allow {
+        /// The compiled rules (the host's own addresses are added per run).
+        policy: EgressPolicy,
+        /// The rules as written, for the receipt.
+        rules: Vec<String>,
+    },
     /// The host's network, unrestricted.
     Host,
-}
-
-impl NetPlan {
-    /// Whether a TCP connection to `addr` is allowed.
-    pub(crate) fn allows_connect(&self, addr: SocketAddr) -> bool {
-        match self {
-            NetPlan::None => false,
-            NetPlan::Host => true,
-            NetPlan::Allow(list) => list
-                .iter()
-                .any(|(ip, port)| *ip == addr.ip() && *port == addr.port()),
-        }
-    }
 }
 
 /// What a run gets, derived from its caps.
@@ -151,7 +143,7 @@ pub(crate) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
             Some(guest_str(dir)?)
         }
     };
-    let net = net_plan(&caps.net, strictness, &mut gaps)?;
+    let net = net_plan(&caps.net)?;
     let memory = caps
         .limits
         .address_space
@@ -172,38 +164,14 @@ pub(crate) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
     })
 }
 
-fn net_plan(
-    net: &Net,
-    strictness: Strictness,
-    gaps: &mut Vec<(Capability, String)>,
-) -> Result<NetPlan> {
+fn net_plan(net: &Net) -> Result<NetPlan> {
     match net {
         Net::None => Ok(NetPlan::None),
         Net::Host => Ok(NetPlan::Host),
-        Net::Allow(rules) => {
-            let mut allowed = Vec::new();
-            for rule in rules {
-                match rule.host.parse::<IpAddr>() {
-                    Ok(ip) => match rule.port {
-                        Some(port) => allowed.push((ip, port)),
-                        None => allowed.extend([(ip, 80), (ip, 443)]),
-                    },
-                    Err(_) => {
-                        let reason = format!(
-                            "rule {rule} names a host; the wasm backend filters sockets by IP address and does no name resolution (use an IP rule, or the process backend's egress proxy)"
-                        );
-                        if strictness == Strictness::Strict {
-                            return Err(Error::unenforceable(
-                                "net: allowlist by host name",
-                                reason,
-                            ));
-                        }
-                        gaps.push((Capability::Net, format!("{reason}; not granted")));
-                    }
-                }
-            }
-            Ok(NetPlan::Allow(allowed))
-        }
+        Net::Allow(rules) => Ok(NetPlan::Allow {
+            policy: EgressPolicy::new(rules)?,
+            rules: rules.iter().map(ToString::to_string).collect(),
+        }),
         // Net is non-exhaustive: refuse what this version does not know.
         #[allow(unreachable_patterns)]
         other => Err(Error::unenforceable(
@@ -306,31 +274,44 @@ mod tests {
     }
 
     #[test]
-    fn host_name_rules_are_unenforceable_when_strict_and_dropped_otherwise() {
-        let rules = vec![
-            NetRule {
-                host: "example.com".into(),
-                port: Some(443),
-            },
-            NetRule {
-                host: "10.1.2.3".into(),
-                port: None,
-            },
-        ];
-        let caps = Caps::new().net(Net::Allow(rules));
-        let err = plan(&caps, Strictness::Strict).expect_err("strict");
-        assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
-        let p = plan(&caps, Strictness::BestEffort).expect("best effort");
-        assert_eq!(p.gaps.len(), 1);
-        let ip: IpAddr = "10.1.2.3".parse().expect("ip");
-        assert!(p.net.allows_connect(SocketAddr::new(ip, 443)));
-        assert!(!p.net.allows_connect(SocketAddr::new(ip, 22)));
+    fn allowlists_compile_every_rule_kind_into_the_shared_policy() {
+        let rules: Vec<NetRule> = [
+            "example.com:443",
+            "*.example.org",
+            "10.1.2.3",
+            "192.0.2.0/24:8080",
+        ]
+        .iter()
+        .map(|r| r.parse().expect("rule"))
+        .collect();
+        let caps = Caps::new().net(Net::Allow(rules.clone()));
+        let p = plan(&caps, Strictness::Strict).expect("strict: names are enforceable now");
+        assert!(p.gaps.is_empty(), "{:?}", p.gaps);
+        let NetPlan::Allow {
+            policy,
+            rules: written,
+        } = &p.net
+        else {
+            panic!("not an allowlist: {:?}", p.net)
+        };
+        assert_eq!(policy, &EgressPolicy::new(&rules).expect("policy"));
+        assert_eq!(written[0], "example.com:443");
+        assert!(policy.check_name("example.com", 443).is_allowed());
+        assert!(!policy.check_name("example.com", 22).is_allowed());
+        let ip: std::net::IpAddr = "10.1.2.3".parse().expect("ip");
+        assert!(policy.check_addr("10.1.2.3", ip, 443).is_allowed());
     }
 
     #[test]
     fn empty_allowlist_denies_everything() {
         let p = plan(&Caps::new().net(Net::Allow(vec![])), Strictness::Strict).expect("plan");
-        assert!(!p.net.allows_connect("127.0.0.1:80".parse().expect("addr")));
+        let NetPlan::Allow { policy, .. } = &p.net else {
+            panic!("not an allowlist")
+        };
+        assert!(policy.is_empty());
+        let ip: std::net::IpAddr = "127.0.0.1".parse().expect("ip");
+        assert!(!policy.check_addr("127.0.0.1", ip, 80).is_allowed());
+        assert!(!policy.check_lookup("localhost").is_allowed());
     }
 
     #[test]

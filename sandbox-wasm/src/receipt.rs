@@ -138,18 +138,25 @@ pub(crate) fn enforced(
             "no sockets (WASI sockets disabled)",
             "preview 1 has no socket creation; preview 2 TCP, UDP and name lookup are refused",
         ),
-        NetPlan::Allow(list) => {
-            let addrs: Vec<String> = list.iter().map(|(ip, p)| format!("{ip}:{p}")).collect();
+        NetPlan::Allow { rules, .. } => {
             r.enforce(
                 Capability::Net, Mechanism::Wasm,
-                "WASI socket address check",
+                "wasi:sockets egress policy",
                 format!(
-                    "TCP connect only to: {}; no listening, UDP or name lookup",
-                    if addrs.is_empty() {
-                        "nothing".to_string()
+                    "allowlist: {}; a name is resolved by the host (hosts file, then DNS with the absolute name) only if a rule matches it, otherwise never; TCP connect only to an address a rule admits for that port, through a name this run resolved to it or as an IP literal; reserved ranges and the host's own addresses only by an explicit IP/CIDR rule; no bind but the implicit one of a connect, no listen or accept; no UDP sockets",
+                    if rules.is_empty() {
+                        "empty (denies everything)".to_string()
                     } else {
-                        addrs.join(",")
+                        rules.join(",")
                     }
+                ),
+            );
+            r.enforce(
+                Capability::Net, Mechanism::Wasm,
+                "egress budget",
+                format!(
+                    "{} connection requests (allowed or refused) and as many resolved names; {} through metered TCP streams, both directions",
+                    limits.egress_connections, limits.egress_bytes
                 ),
             );
         }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{WasiCtxView, WasiView};
 
+use crate::egress::EgressGuard;
 use crate::limiter::Limiter;
 use crate::quota::DiskMeter;
 
@@ -15,6 +16,8 @@ pub(crate) struct State {
     pub(crate) wasi: WasiP1Ctx,
     pub(crate) limiter: Limiter,
     pub(crate) meter: Arc<DiskMeter>,
+    /// The run's egress state under a network allowlist (see [`crate::egress`]).
+    pub(crate) egress: Option<Arc<EgressGuard>>,
 }
 
 impl WasiView for State {

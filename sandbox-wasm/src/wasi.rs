@@ -11,10 +11,10 @@ use sandbox_core::{Access, Error, Result};
 use wasmtime_wasi::cli::AsyncStdinStream;
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
-use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder, WasiView};
 
 use crate::capture::Capture;
+use crate::egress::EgressGuard;
 use crate::plan::{NetPlan, Plan};
 
 /// Resource-table entries reserved beyond `open_files` for stdio streams and pollables.
@@ -36,6 +36,7 @@ pub(crate) fn context(
     stdout: &Capture,
     stderr: &Capture,
     open_files: u32,
+    egress: Option<&Arc<EgressGuard>>,
 ) -> Result<WasiP1Ctx> {
     let mut b = WasiCtxBuilder::new();
     b.args(args).envs(&plan.env);
@@ -80,20 +81,21 @@ pub(crate) fn context(
                 .allow_ip_name_lookup(false)
                 .socket_addr_check(|_, _| Box::pin(async { false }));
         }
-        NetPlan::Allow(_) => {
-            let net = Arc::new(plan.net.clone());
+        NetPlan::Allow { .. } => {
+            let Some(guard) = egress.cloned() else {
+                return Err(Error::internal(
+                    "build the WASI context",
+                    std::io::Error::other("a run under a network allowlist has no egress guard"),
+                ));
+            };
+            // wasmtime-wasi's own resolver stays off: the linker's ip-name-lookup is
+            // replaced by one that checks names first (crate::egress). UDP sockets cannot
+            // be created.
             b.allow_tcp(true)
                 .allow_udp(false)
                 .allow_ip_name_lookup(false)
                 .socket_addr_check(move |addr, usage| {
-                    let ok = match usage {
-                        SocketAddrUse::TcpConnect => net.allows_connect(addr),
-                        // The implicit bind before a connect is checked as a bind to the
-                        // unspecified address, port 0; nothing else may be bound, and
-                        // listening and accepting are refused.
-                        SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
-                        _ => false,
-                    };
+                    let ok = guard.check_socket(addr, usage);
                     Box::pin(async move { ok })
                 });
         }

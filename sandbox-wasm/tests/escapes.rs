@@ -252,29 +252,35 @@ fn blocks_sock_accept_on_preopened_directories() {
 }
 
 #[test]
-fn receipt_states_no_sockets_and_refuses_host_name_allowlists() {
+fn receipt_states_no_sockets_and_enforces_host_name_allowlists() {
     let out = run_probe(&["exit", "0"], &caps());
     assert!(out.receipt.has(Capability::Net, "no sockets"));
+    assert!(out.receipt.network.is_none());
+    // Name rules are enforced (through the shared egress policy, see tests/egress.rs), so
+    // a strict run accepts them and lists no gap.
     let caps = caps().net(Net::Allow(vec![NetRule {
         host: "example.com".into(),
         port: Some(443),
     }]));
-    let err = backend()
+    let out = backend()
         .run(
             &Tool::wasm(probe(), ["exit", "0"]),
             &caps,
             &RunContext::default(),
         )
-        .expect_err("strict");
-    assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
-    let out = backend()
-        .run(&Tool::wasm(probe(), ["exit", "0"]), &caps, &best_effort())
-        .expect("best effort");
+        .expect("strict");
     assert!(out
+        .receipt
+        .has(Capability::Net, "wasi:sockets egress policy"));
+    assert!(!out
         .receipt
         .gaps
         .iter()
         .any(|g| g.capability == Capability::Net));
+    let network = out.receipt.network.expect("network section");
+    assert_eq!(network.enforcer, "wasi:sockets");
+    assert_eq!(network.rules, vec!["example.com:443".to_string()]);
+    assert!(network.decisions.is_empty());
 }
 
 // ---- D: exhaustion -------------------------------------------------------------------

@@ -289,7 +289,9 @@ fn python_allowlist_connects_only_to_the_allowed_address() {
     let mut buf = [0u8; 2];
     std::io::Read::read_exact(&mut conn, &mut buf).expect("read");
     assert_eq!(&buf, b"hi");
-    assert!(out.receipt.has(Capability::Net, "socket address check"));
+    assert!(out
+        .receipt
+        .has(Capability::Net, "wasi:sockets egress policy"));
 }
 
 #[test]
