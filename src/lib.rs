@@ -44,8 +44,8 @@ pub use sandbox_core::{
     EndReason, Enforcement, Error, ErrorKind, ExitStatus, Gap, IdentityReceipt, IdentitySource,
     LandlockStatus, LimitKind, Limits, Mechanism, Mount, MountRole, MountSpec, Net, NetRule,
     NetworkReceipt, OutputSink, Receipt, ResourceUsage, Result, RunContext, RunOutput, RunSpec,
-    ScriptLanguage, SetupStage, Stream, Strictness, SystemDirs, Tool, TrapKind, RUN_SPEC_VERSION,
-    STDIN_BUFFER,
+    ScriptLanguage, Secret, SetupStage, Stream, Strictness, SystemDirs, Tool, TrapKind,
+    RUN_SPEC_VERSION, STDIN_BUFFER,
 };
 /// The names of every caps field in each dialect, and the generated JSON Schemas.
 pub use sandbox_core::{names, schema};

@@ -96,6 +96,12 @@ pub struct RunArgs {
     /// Container runtime: native, docker, podman or runsc (container backend).
     #[arg(long)]
     pub runtime: Option<String>,
+    /// A secret the tool may use only toward these hosts (with --net allow:...): the tool's
+    /// variable NAME holds a placeholder, and the egress proxy puts the value of this
+    /// process's own NAME in its place in request headers to the hosts (HTTPS through a
+    /// per-run CA the sandbox trusts). Never put the value on the command line.
+    #[arg(long = "secret", value_name = "NAME@HOST[,HOST...]")]
+    pub secret: Vec<String>,
     /// Run as this agent: its own unprivileged host uid and gid, stable across runs
     /// (when strata runs as root); without it each run gets a fresh one.
     #[arg(long, value_name = "NAME")]
@@ -159,6 +165,25 @@ fn size(flag: &str, value: &str) -> Result<ByteSize> {
     value
         .parse()
         .map_err(|e| Error::invalid(format!("--{flag}: {e}")))
+}
+
+/// `--secret NAME@HOST[,HOST...]`, the value from this process's environment.
+fn secret(binding: &str) -> Result<strata::caps::Secret> {
+    let (env, hosts) = binding.split_once('@').ok_or_else(|| {
+        Error::invalid(format!(
+            "--secret {binding:?}: expected NAME@HOST[,HOST...]"
+        ))
+    })?;
+    let value = std::env::var(env).map_err(|_| {
+        Error::invalid(format!(
+            "--secret {env}: set the environment variable {env} to the secret's value for strata"
+        ))
+    })?;
+    Ok(strata::caps::Secret {
+        env: env.to_string(),
+        value,
+        hosts: hosts.split(',').map(str::to_string).collect(),
+    })
 }
 
 fn seconds(flag: &str, value: f64) -> Result<Duration> {
@@ -244,6 +269,9 @@ impl RunArgs {
         }
         if let Some(n) = self.egress_connections {
             caps.limits.egress_connections = n;
+        }
+        for binding in &self.secret {
+            caps.secrets.push(secret(binding)?);
         }
         caps.agent = self.agent.clone();
         if let Some(image) = &self.image {

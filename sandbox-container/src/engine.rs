@@ -493,6 +493,12 @@ pub fn run(
         ));
     }
     let plan = plan(tool, caps)?;
+    if !caps.secrets.is_empty() {
+        return Err(Error::unenforceable(
+            "net: secrets at egress",
+            "the engine runtimes cannot give the container the run's CA yet; use the native runtime or the process backend",
+        ));
+    }
     let mut egress_gap = None;
     let egress = match plan.egress {
         false => None,

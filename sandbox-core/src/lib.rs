@@ -35,7 +35,7 @@ pub use backend::StdinSource;
 pub use backend::{
     Backend, BackendKind, CancelToken, OutputSink, RunContext, Stream, Strictness, STDIN_BUFFER,
 };
-pub use caps::{Access, Caps, Limits, Mount, Net, NetRule, SystemDirs};
+pub use caps::{Access, Caps, Limits, Mount, Net, NetRule, Secret, SystemDirs};
 pub use container::{ContainerReceipt, ContainerRuntime, ContainerSpec};
 pub use doctor::{BackendReport, Check, DoctorReport};
 pub use egress::{Decision, DenyReason, EgressPolicy, Host, IpNet, ReservedRange};

@@ -162,6 +162,7 @@ impl fmt::Display for Refusal {
 
 /// The outcome of one decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Allowed (and connected) by this rule, as written.
     Allowed {

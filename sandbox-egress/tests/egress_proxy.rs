@@ -134,7 +134,7 @@ fn refusals(events: &[EgressEvent]) -> Vec<Refusal> {
         .iter()
         .filter_map(|e| match &e.outcome {
             Outcome::Refused(r) => Some(r.clone()),
-            Outcome::Allowed { .. } => None,
+            _ => None,
         })
         .collect()
 }

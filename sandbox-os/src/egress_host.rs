@@ -5,11 +5,21 @@
 use std::io;
 use std::net::TcpListener;
 
+use sandbox_core::caps::Secret;
 use sandbox_core::receipt::{Denial, NetworkReceipt};
 use sandbox_core::{EgressPolicy, Error, Limits, Net, Result};
+use sandbox_egress::secrets::BoundSecret;
 use sandbox_egress::{Attached, Budget, EgressProxy, RunGrant};
 
 use crate::egress_link;
+use crate::protocol::FileSpec;
+
+/// Where a run with secrets finds its CA certificate inside the sandbox.
+pub const CA_FILE: &str = "/etc/strata/egress-ca.pem";
+/// The host's trusted roots plus the run's CA, inside the sandbox.
+pub const CA_BUNDLE: &str = "/etc/strata/ca-bundle.pem";
+/// The host's bundle of trusted roots (Debian's `ca-certificates`).
+const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// The variables a run's tool gets, all set to the proxy URL with its credential
 /// (`http://TOKEN@127.0.0.1:3128`). Any the caller set are replaced.
@@ -65,6 +75,8 @@ pub struct RunEgress {
     grant: RunGrant,
     attached: Option<Attached>,
     rules: Vec<String>,
+    /// `(variable, placeholder)` of each secret.
+    placeholders: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for RunEgress {
@@ -79,6 +91,18 @@ impl RunEgress {
     /// Registers a run with `net`'s allowlist (the host's own addresses are refused unless
     /// a rule names them) and the egress budget of `limits`.
     pub fn register(host: &EgressHost, net: &Net, limits: &Limits) -> Result<RunEgress> {
+        Self::register_with_secrets(host, net, limits, &[])
+    }
+
+    /// Like [`RunEgress::register`], with the caps' secrets bound to their hosts: the tool
+    /// gets placeholders, and (with any secret) trusts the run's own CA, which the files of
+    /// [`RunEgress::trust_files`] and the variables of [`RunEgress::set_env`] give it.
+    pub fn register_with_secrets(
+        host: &EgressHost,
+        net: &Net,
+        limits: &Limits,
+        secrets: &[Secret],
+    ) -> Result<RunEgress> {
         let Net::Allow(rules) = net else {
             return Err(Error::internal(
                 "register egress",
@@ -92,14 +116,24 @@ impl RunEgress {
             max_connections: Some(u64::from(limits.egress_connections)),
             max_bytes: Some(limits.egress_bytes.bytes()),
         };
+        let bound = secrets
+            .iter()
+            .map(|s| BoundSecret::new(&s.env, &s.value, &s.hosts))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| Error::setup("make the run's secret placeholders", e))?;
+        let placeholders = bound
+            .iter()
+            .map(|s| (s.env.clone(), s.placeholder.clone()))
+            .collect();
         let grant = host
             .proxy
-            .register(policy, budget)
+            .register_with_secrets(policy, budget, bound)
             .map_err(|e| Error::setup("register the run with the egress proxy", e))?;
         Ok(RunEgress {
             grant,
             attached: None,
             rules: rules.iter().map(ToString::to_string).collect(),
+            placeholders,
         })
     }
 
@@ -111,6 +145,52 @@ impl RunEgress {
         });
         let url = self.grant.proxy_url(egress_link::proxy_addr());
         env.extend(PROXY_VARS.iter().map(|key| format!("{key}={url}")));
+        for (key, placeholder) in &self.placeholders {
+            env.retain(|entry| entry.split('=').next() != Some(key.as_str()));
+            env.push(format!("{key}={placeholder}"));
+        }
+        if self.grant.ca_pem().is_some() {
+            let trust = [
+                ("SSL_CERT_FILE", CA_BUNDLE),
+                ("CURL_CA_BUNDLE", CA_BUNDLE),
+                ("REQUESTS_CA_BUNDLE", CA_BUNDLE),
+                ("GIT_SSL_CAINFO", CA_BUNDLE),
+                ("PIP_CERT", CA_BUNDLE),
+                ("NODE_EXTRA_CA_CERTS", CA_FILE),
+            ];
+            for (key, path) in trust {
+                env.retain(|entry| entry.split('=').next() != Some(key));
+                env.push(format!("{key}={path}"));
+            }
+        }
+    }
+
+    /// With secrets: the run's CA certificate and a bundle of it with the host's trusted
+    /// roots, written into the sandbox at [`CA_FILE`] and [`CA_BUNDLE`]. Empty otherwise.
+    pub fn trust_files(&self) -> Vec<FileSpec> {
+        let Some(ca) = self.grant.ca_pem() else {
+            return Vec::new();
+        };
+        let mut bundle = std::fs::read_to_string(HOST_BUNDLE).unwrap_or_default();
+        if !bundle.is_empty() && !bundle.ends_with('\n') {
+            bundle.push('\n');
+        }
+        bundle.push_str(ca);
+        vec![
+            FileSpec {
+                path: CA_FILE.into(),
+                contents: ca.to_string(),
+            },
+            FileSpec {
+                path: CA_BUNDLE.into(),
+                contents: bundle,
+            },
+        ]
+    }
+
+    /// The secrets' variables, for the receipt (never the values).
+    pub fn secret_names(&self) -> Vec<&str> {
+        self.placeholders.iter().map(|(k, _)| k.as_str()).collect()
     }
 
     /// Serves the listener the helper created inside the sandbox.

@@ -83,11 +83,14 @@ pub fn script_argv(language: ScriptLanguage, source: &str) -> Vec<String> {
 /// Default `PATH` inside the sandbox.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
+/// The host's trusted root certificates, granted read-only to runs under an allowlist.
+const TRUST_STORE: [&str; 1] = ["/etc/ssl/certs"];
+
 /// Builds the sandbox's shape and the command to run in it: the run's [`RunSpec`] (built
 /// once from the caps by [`RunSpec::new`]), wrapped with what the process sandbox adds
 /// (system directories, passwd and group files, the tool's inside ids). Refuses (with
-/// `InvalidRequest`) a `Tool::Wasm` (another backend's job) or a bad tool; and (with
-/// `Unenforceable`) a network allowlist, which needs the egress proxy.
+/// `InvalidRequest`) a `Tool::Wasm` (another backend's job) or a bad tool. Under a
+/// non-empty allowlist the host's trusted roots ([`TRUST_STORE`]) are granted too.
 pub fn plan(
     tool: &Tool,
     run: RunSpec,
@@ -131,7 +134,14 @@ pub fn plan(
     let mut links = Vec::new();
     let mut system_mounts: Vec<MountSpec> = Vec::new();
     let user_targets: Vec<&Path> = run.mounts.iter().map(|m| m.target.as_path()).collect();
-    for system in run.system.paths() {
+    // Under an allowlist the tool may speak HTTPS: the host's trusted roots (public
+    // certificates) come along with the system directories.
+    let egress = matches!(&run.net, sandbox_core::Net::Allow(rules) if !rules.is_empty());
+    let trust: &[&str] = match (egress, run.system) {
+        (true, sandbox_core::SystemDirs::Runtime) => &TRUST_STORE,
+        _ => &[],
+    };
+    for system in run.system.paths().iter().chain(trust) {
         let path = Path::new(system);
         if user_targets.contains(&path) {
             continue;

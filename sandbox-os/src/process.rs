@@ -421,9 +421,11 @@ impl ProcessBackend {
         spec.require_landlock = ctx.strictness == Strictness::Strict;
         spec.fault = self.fault.filter(|f| *f != Fault::Cgroup);
         adjust(&mut spec, &mut command)?;
-        let mut egress = self.egress_for(&mut spec, ctx.strictness, &mut pre.gaps)?;
+        let mut egress =
+            self.egress_for(&mut spec, &caps.secrets, ctx.strictness, &mut pre.gaps)?;
         if let Some((run_egress, _)) = &egress {
             run_egress.set_env(&mut command.env);
+            spec.files.extend(run_egress.trust_files());
         }
         let layout = host.cgroup.as_ref().ok();
         let registry = match &identity {
@@ -433,10 +435,12 @@ impl ProcessBackend {
         let key = spec.pool_key();
         // A kept workspace takes one overlay at a time: such image roots are never pooled
         // (a pre-built sandbox would mount it while this run writes to it).
-        let pooled = spec
-            .image
-            .as_ref()
-            .is_none_or(|image| image.workspace.is_none());
+        // Runs with secrets carry their own CA in the spec: no other run has that shape.
+        let pooled = caps.secrets.is_empty()
+            && spec
+                .image
+                .as_ref()
+                .is_none_or(|image| image.workspace.is_none());
         let (warm, _lease) = match pooled {
             true => {
                 let (warm, lease) = self.pool.take(&key);
@@ -515,6 +519,17 @@ impl ProcessBackend {
             identity.source(),
         )?;
         if let Some((run_egress, _)) = egress {
+            let names = run_egress.secret_names().join(",");
+            if !names.is_empty() {
+                output.receipt.enforce(
+                    Capability::Net,
+                    Mechanism::Proxy,
+                    "secrets at egress",
+                    format!(
+                        "{names}: per-run placeholders in the sandbox; the values only in request headers to each secret's hosts (HTTPS through a per-run CA, name-constrained to those hosts, that the sandbox trusts)"
+                    ),
+                );
+            }
             let (network, denials) = run_egress.finish();
             output.receipt.denials.extend(denials);
             output.receipt.network = Some(network);
@@ -537,6 +552,7 @@ impl ProcessBackend {
     fn egress_for(
         &self,
         spec: &mut Spec,
+        secrets: &[sandbox_core::caps::Secret],
         strictness: Strictness,
         gaps: &mut Vec<(Capability, String)>,
     ) -> Result<Option<(RunEgress, &EgressHost)>> {
@@ -545,7 +561,12 @@ impl ProcessBackend {
         }
         match self.egress_host() {
             Ok(host) => {
-                let run = RunEgress::register(host, &spec.run.net, &spec.run.limits)?;
+                let run = RunEgress::register_with_secrets(
+                    host,
+                    &spec.run.net,
+                    &spec.run.limits,
+                    secrets,
+                )?;
                 Ok(Some((run, host)))
             }
             Err(why) if strictness == Strictness::Strict => Err(Error::unenforceable(

@@ -86,6 +86,12 @@ fn guest_str(path: &Path) -> Result<String> {
 /// Maps `caps` (already validated by `Caps::validate`) to a plan, refusing in strict mode
 /// what cannot be enforced.
 pub(crate) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
+    if !caps.secrets.is_empty() {
+        return Err(Error::unenforceable(
+            "net: secrets at egress",
+            "the wasm backend's sockets carry no proxy to substitute secrets; use the process backend",
+        ));
+    }
     let mut gaps = Vec::new();
     let mut preopens = Vec::with_capacity(caps.mounts.len());
     let mut unprotected = Vec::new();

@@ -20,6 +20,8 @@ pub const HTTP_PORT: u16 = 8080;
 pub const HTTPS_PORT: u16 = 8443;
 /// What `GET /hello` answers.
 pub const HELLO: &str = "hello from upstream";
+/// The bearer token `GET /auth` accepts (answering `auth ok`, else `auth bad`).
+pub const SECRET: &str = "upstream-only-s3cr3t-4242";
 /// Bytes `GET /big` answers with.
 pub const BIG_BYTES: usize = 8 << 20;
 
@@ -30,6 +32,7 @@ static HOSTS_LOCK: Mutex<()> = Mutex::new(());
 const SERVER: &str = r#"
 import http.server, socketserver, ssl, sys, threading
 ip, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
+SECRET = "upstream-only-s3cr3t-4242"
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
@@ -37,6 +40,11 @@ class H(http.server.BaseHTTPRequestHandler):
             body = b"x" * (8 << 20)
         elif self.path == "/host":
             body = (self.headers.get("Host") or "").encode()
+        elif self.path == "/auth":
+            ok = self.headers.get("Authorization") == "Bearer " + SECRET
+            body = b"auth ok" if ok else b"auth bad"
+        elif self.path == "/headers":
+            body = str(sorted(self.headers.items())).encode()
         else:
             body = b"hello from upstream"
         self.send_response(200)
@@ -69,8 +77,8 @@ pub struct Upstream {
     pub name: String,
     /// The server's address.
     pub ip: Ipv4Addr,
-    /// A directory with `cert.pem` (the server's self-signed certificate), readable by
-    /// sandboxes that are granted it.
+    /// A directory with `ca.pem` (the test CA that issued the server's certificate),
+    /// readable by sandboxes that are granted it.
     pub dir: tempfile::TempDir,
     netns: String,
     server: Child,
@@ -141,7 +149,7 @@ impl Upstream {
         upstream.server = Command::new("ip")
             .args(["netns", "exec", &netns, "python3", "-c", SERVER])
             .arg(up_ip.to_string())
-            .arg(upstream.dir.path().join("cert.pem"))
+            .arg(upstream.dir.path().join("leaf.pem"))
             .arg(upstream.dir.path().join("key.pem"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -158,9 +166,9 @@ impl Upstream {
         upstream
     }
 
-    /// The directory with `cert.pem`, as a path.
+    /// The CA that issued the server's certificate (what clients must trust).
     pub fn cert(&self) -> PathBuf {
-        self.dir.path().join("cert.pem")
+        self.dir.path().join("ca.pem")
     }
 
     /// `http://NAME:8080/PATH`.
@@ -215,30 +223,73 @@ fn edit_hosts(f: impl FnOnce(&str) -> String) {
     std::fs::write("/etc/hosts", f(&text)).expect("write /etc/hosts");
 }
 
+/// A test CA (`ca.pem`) and a server certificate it issued for `name` (`leaf.pem`,
+/// `key.pem`): a real chain, as TLS clients that refuse a CA used as an end entity need.
 fn make_cert(dir: &Path, name: &str) {
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={name}")])
-        .args(["-addext", &format!("subjectAltName=DNS:{name}")])
-        .arg("-keyout")
-        .arg(dir.join("key.pem"))
-        .arg("-out")
-        .arg(dir.join("cert.pem"))
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for file in ["cert.pem", "key.pem"] {
+    let ext = dir.join("leaf.ext");
+    std::fs::write(
+        &ext,
+        format!(
+            "subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+        ),
+    )
+    .expect("write ext");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: [Vec<String>; 3] = [
+        ["req", "-x509"]
+            .iter()
+            .chain(&ec)
+            .map(|s| s.to_string())
+            .chain(["-days", "2", "-subj", "/CN=strata egress test CA"].map(String::from))
+            .chain(["-keyout", "ca.key", "-out", "ca.pem"].map(String::from))
+            .collect(),
+        ["req"]
+            .iter()
+            .chain(&ec)
+            .map(|s| s.to_string())
+            .chain(["-subj".to_string(), format!("/CN={name}")])
+            .chain(["-keyout", "key.pem", "-out", "leaf.csr"].map(String::from))
+            .collect(),
+        [
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "leaf.pem",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for args in steps {
+        let out = Command::new("openssl")
+            .args(&args)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for file in ["ca.pem", "leaf.pem", "key.pem"] {
         std::fs::set_permissions(
             dir.join(file),
             std::os::unix::fs::PermissionsExt::from_mode(0o644),
