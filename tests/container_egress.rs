@@ -49,3 +49,44 @@ fn native_container_reaches_only_the_allowed_host_through_the_proxy() {
     assert_eq!(net.decisions[1].host, "example.com");
     assert_eq!(net.decisions[1].refusal, Some(EgressRefusal::Policy));
 }
+
+#[test]
+fn native_container_sends_a_secret_only_to_its_host() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("STRATA_SKIP_ROOT_TESTS").is_some(),
+            "needs root (network namespaces, /etc/hosts); .ci/run runs it as root"
+        );
+        eprintln!("SKIPPED native_container_sends_a_secret_only_to_its_host: needs root");
+        return;
+    }
+    let mut up = Upstream::start();
+    let other = format!("other-{}.strata-test.example", std::process::id());
+    up.alias(&other, &up.ip.to_string());
+    let rules: Vec<NetRule> = [up.name.as_str(), other.as_str()]
+        .iter()
+        .map(|h| format!("{h}:{HTTP_PORT}").parse().expect("rule"))
+        .collect();
+    let mut caps = caps(&images().python_oci(), ContainerRuntime::Native).net(Net::Allow(rules));
+    caps.secrets.push(strata::Secret {
+        env: "API_TOKEN".into(),
+        value: egress_common::SECRET.into(),
+        hosts: vec![up.name.clone()],
+    });
+    let script = format!(
+        "echo $API_TOKEN; for h in {name} {other}; do \
+         wget -q -O - --header \"Authorization: Bearer $API_TOKEN\" http://$h:{HTTP_PORT}/auth; echo; done; \
+         test -s /etc/strata/ca-bundle.pem && echo trusted",
+        name = up.name,
+    );
+    let out = run(&Tool::command(["/bin/sh", "-c", &script]), &caps);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("strata-secret-"), "{text}");
+    assert_eq!(
+        &lines[1..],
+        ["auth ok", "auth bad", "trusted"],
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
