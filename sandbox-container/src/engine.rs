@@ -493,12 +493,6 @@ pub fn run(
         ));
     }
     let plan = plan(tool, caps)?;
-    if !caps.secrets.is_empty() {
-        return Err(Error::unenforceable(
-            "net: secrets at egress",
-            "the engine runtimes cannot give the container the run's CA yet; use the native runtime or the process backend",
-        ));
-    }
     let mut egress_gap = None;
     let egress = match plan.egress {
         false => None,
@@ -604,10 +598,19 @@ async fn run_async(
         start.elapsed().as_nanos() % 1_000_000
     );
     let mut env = plan.env.clone();
+    // Holds the run's CA files (with secrets) until the container is gone.
+    let mut _trust_dir = None;
     let run_egress = match egress {
         None => None,
         Some(proxy) => {
-            let mut run_egress = RunEgress::register(proxy, &caps.net, &caps.limits)?;
+            let mut run_egress =
+                RunEgress::register_with_secrets(proxy, &caps.net, &caps.limits, &caps.secrets)?;
+            let files = run_egress.trust_files();
+            if !files.is_empty() {
+                let (dir, mount) = trust_mount(&files)?;
+                host.mounts.get_or_insert_with(Vec::new).push(mount);
+                _trust_dir = Some(dir);
+            }
             let holder = crate::engine_egress::start_holder(
                 &docker,
                 &format!("{name}-net"),
@@ -832,6 +835,17 @@ async fn run_async(
         _ => {}
     }
     if let Some(run_egress) = run_egress {
+        let names = run_egress.secret_names().join(",");
+        if !names.is_empty() {
+            receipt.enforce(
+                Capability::Net,
+                Mechanism::Proxy,
+                "secrets at egress",
+                format!(
+                    "{names}: per-run placeholders in the container; the values only in request headers to each secret's hosts (HTTPS through a per-run CA, name-constrained to those hosts, mounted read-only at /etc/strata)"
+                ),
+            );
+        }
         let (network, denials) = run_egress.finish();
         receipt.denials.extend(denials);
         receipt.network = Some(network);
@@ -846,6 +860,38 @@ async fn run_async(
         usage: ResourceUsage::default(),
         receipt,
     })
+}
+
+/// Writes a run's CA files (all in one directory inside the container) to a private host
+/// directory and returns it with its read-only bind mount.
+fn trust_mount(
+    files: &[sandbox_os::backend_api::protocol::FileSpec],
+) -> Result<(tempfile::TempDir, Mount)> {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = |e: std::io::Error| Error::setup("write the run's CA files", e);
+    let dir = tempfile::Builder::new()
+        .prefix("strata-trust")
+        .tempdir()
+        .map_err(setup)?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).map_err(setup)?;
+    let mut target = None;
+    for file in files {
+        let (Some(parent), Some(name)) = (file.path.parent(), file.path.file_name()) else {
+            continue;
+        };
+        target.get_or_insert_with(|| parent.display().to_string());
+        let path = dir.path().join(name);
+        std::fs::write(&path, &file.contents).map_err(setup)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).map_err(setup)?;
+    }
+    let mount = Mount {
+        target,
+        source: Some(dir.path().display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    Ok((dir, mount))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -43,8 +43,8 @@ pub mod egress {
 /// and what it reports back ([`Event`](protocol::Event)).
 pub mod protocol {
     pub use crate::protocol::{
-        Command, EndReason, Enforced, Event, Fault, ImageRootSpec, LandlockStatus, MountRole,
-        MountSpec, SetupStage, Spec,
+        Command, EndReason, Enforced, Event, Fault, FileSpec, ImageRootSpec, LandlockStatus,
+        MountRole, MountSpec, SetupStage, Spec,
     };
 }
 
