@@ -8,7 +8,6 @@ mod egress_common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
 
 use common::{ok_stdout, require_root, sandbox, sh, stderr, stdout, PY};
 use egress_common::{Upstream, HELLO, HTTPS_PORT, HTTP_PORT};
@@ -483,33 +482,7 @@ fn unprivileged_embedder_gets_the_same_egress_enforcement() {
     if !require_root("unprivileged_embedder_gets_the_same_egress_enforcement") {
         return;
     }
-    let bins = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(bins.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
-    let exe = bins.path().join("egress-tests");
-    let helper_copy = bins.path().join("strata-helper");
-    std::fs::copy(std::env::current_exe().expect("exe"), &exe).expect("copy test binary");
-    std::fs::copy(common::helper(), &helper_copy).expect("copy helper");
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&exe)
-        .args([
-            "--exact",
-            "unprivileged_egress_inner",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("STRATA_INNER_HELPER", &helper_copy)
-        .env("HOME", "/tmp")
-        .output()
-        .expect("setpriv");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "inner test failed:\n{text}");
-    assert!(text.contains("1 passed"), "inner test did not run:\n{text}");
+    common::run_inner_as("unprivileged_egress_inner", (65534, 65534), &[]);
 }
 
 #[test]

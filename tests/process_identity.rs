@@ -443,48 +443,6 @@ fn agent_on_an_unprivileged_embedder_is_refused_strict() {
 
 // ------------------------------------------------- the library as an unprivileged embedder
 
-/// Runs `inner` (an ignored test of this binary, with a reason) as `uid`/`gid`, with copies of this
-/// test binary and the helper in a directory that user can enter and a scratch directory
-/// (`STRATA_INNER_SCRATCH`, also `HOME`) it owns; `env` is passed on.
-fn run_inner_as(inner: &str, (uid, gid): (u32, u32), env: &[(&str, String)]) {
-    let bins = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(bins.path(), PermissionsExt::from_mode(0o755)).expect("chmod");
-    let exe = bins.path().join("identity-tests");
-    let helper_copy = bins.path().join("strata-helper");
-    std::fs::copy(std::env::current_exe().expect("exe"), &exe).expect("copy test binary");
-    std::fs::copy(helper(), &helper_copy).expect("copy helper");
-    let scratch = tempfile::tempdir().expect("tempdir");
-    std::os::unix::fs::chown(scratch.path(), Some(uid), Some(gid)).expect("chown");
-    let out = std::process::Command::new("setpriv")
-        .args([
-            &format!("--reuid={uid}"),
-            &format!("--regid={gid}"),
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&exe)
-        .args([
-            "--exact",
-            inner,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("STRATA_INNER_HELPER", &helper_copy)
-        .env("STRATA_INNER_SCRATCH", scratch.path())
-        .env("HOME", scratch.path())
-        .envs(env.iter().map(|(k, v)| (*k, v)))
-        .output()
-        .expect("setpriv");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{inner} as uid {uid} failed:\n{text}");
-    assert!(text.contains("1 passed"), "{inner} did not run:\n{text}");
-}
-
 #[test]
 fn unprivileged_embedder_gets_every_promise_or_a_refusal() {
     if !require_root("unprivileged_embedder_gets_every_promise_or_a_refusal") {

@@ -37,6 +37,17 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::caps::NetRule;
 use crate::error::{Error, Result};
 
+/// The variables a sandbox under an allowlist gets, naming its egress proxy (with the
+/// run's credential). Backends replace any the caller set; a secret may not take them.
+pub const PROXY_VARIABLES: [&str; 6] = [
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+];
+
 /// The ports a rule without a port admits: HTTP and HTTPS.
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
 

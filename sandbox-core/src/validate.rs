@@ -111,16 +111,6 @@ pub(crate) fn caps(caps: &Caps) -> Result<()> {
     Ok(())
 }
 
-/// Variables the egress proxy sets for the tool; a secret may not take their names.
-const PROXY_VARIABLES: [&str; 6] = [
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-];
-
 /// Secrets: only under a non-empty allowlist; a variable name of their own; a printable
 /// value; hosts in the allowlist's name syntax.
 fn secrets(caps: &Caps) -> Result<()> {
@@ -143,7 +133,7 @@ fn secrets(caps: &Caps) -> Result<()> {
                 "secret variable name {name:?} is invalid: use letters, digits and '_', not starting with a digit"
             )));
         }
-        if caps.env.contains_key(name) || PROXY_VARIABLES.contains(&name.as_str()) {
+        if caps.env.contains_key(name) || crate::egress::PROXY_VARIABLES.contains(&name.as_str()) {
             return Err(Error::invalid(format!(
                 "secret variable {name} would replace another variable (caps env or a proxy variable)"
             )));

@@ -22,15 +22,8 @@ pub const CA_BUNDLE: &str = "/etc/strata/ca-bundle.pem";
 const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// The variables a run's tool gets, all set to the proxy URL with its credential
-/// (`http://TOKEN@127.0.0.1:3128`). Any the caller set are replaced.
-pub const PROXY_VARS: [&str; 6] = [
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-];
+/// (`http://TOKEN:egress@127.0.0.1:3128`). Any the caller set are replaced.
+pub use sandbox_core::egress::PROXY_VARIABLES as PROXY_VARS;
 
 /// The proxy and the runtime it runs on.
 pub struct EgressHost {
