@@ -193,6 +193,51 @@ fn tls_or_http_naming_another_host_inside_an_allowed_tunnel_is_cut() {
 }
 
 #[test]
+fn tool_ignoring_proxy_variables_is_intercepted_transparently() {
+    if !require_root("tool_ignoring_proxy_variables_is_intercepted_transparently") {
+        return;
+    }
+    let up = Upstream::start();
+    let caps = allow(&[
+        format!("{}:{HTTP_PORT}", up.name),
+        format!("{}:{HTTPS_PORT}", up.name),
+    ])
+    .read_only(up.dir.path());
+    // No proxy variables at all: the name resolves (sandbox /etc/hosts) to a synthetic
+    // address whose connections the proxy takes, checks and forwards.
+    let script = format!(
+        "unset http_proxy https_proxy all_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY; \
+         curl -sS -m 10 {http}; echo; curl -sS -m 10 --cacert {cert} {https}; echo; \
+         {PY} -c 'import ssl, urllib.request as u; \
+         print(u.urlopen(\"{http}\", timeout=10).read().decode())'; \
+         curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' --cacert {cert} \
+         --connect-to evil.example:{HTTPS_PORT}:{name}:{HTTPS_PORT} https://evil.example:{HTTPS_PORT}/; true",
+        http = up.http_url("hello"),
+        https = up.https_url("hello"),
+        cert = up.cert().display(),
+        name = up.name,
+    );
+    let out = run_with(&sandbox(), &sh(&script), &caps);
+    let text = ok_stdout(&out);
+    assert_eq!(text.matches(HELLO).count(), 3, "{text}\n{}", stderr(&out));
+    assert!(
+        text.ends_with("000\n"),
+        "SNI naming another host must be cut: {text}"
+    );
+    let net = network(&out);
+    let allowed: Vec<&EgressDecision> = net.decisions.iter().filter(|d| d.allowed).collect();
+    assert_eq!(allowed.len(), 4, "{net:?}");
+    assert!(allowed
+        .iter()
+        .all(|d| d.host == up.name && d.addr == Some(up.ip.into())));
+    let cut = refusals(&out);
+    assert!(
+        matches!(&cut[..], [d] if d.reason.as_deref().is_some_and(|r| r.contains("evil.example"))),
+        "{cut:?}"
+    );
+}
+
+#[test]
 fn connecting_around_the_proxy_reaches_nothing() {
     if !require_root("connecting_around_the_proxy_reaches_nothing") {
         return;
@@ -215,13 +260,25 @@ fn connecting_around_the_proxy_reaches_nothing() {
     let text = ok_stdout(&out);
     assert!(!text.contains("connected"), "{text}");
     assert_eq!(text.matches("refused ENETUNREACH").count(), 2, "{text}");
-    let bypass = run_with(
-        &sandbox(),
-        &sh(&curl_status(&up.http_url("hello"), "--noproxy '*'")),
-        &caps,
-    );
-    assert_eq!(stdout(&bypass).trim(), "000", "{}", stderr(&bypass));
-    assert!(network(&bypass).decisions.is_empty());
+    // By address, around the proxy: nothing routes there. A synthetic address no allowed
+    // name has lands on the transparent listener and is refused.
+    let script = [
+        curl_status(
+            &format!("http://{}:{HTTP_PORT}/hello", up.ip),
+            "--noproxy '*'",
+        ),
+        curl_status(
+            &format!("http://198.18.0.200:{HTTP_PORT}/hello"),
+            "--noproxy '*'",
+        ),
+    ]
+    .join(";");
+    let bypass = run_with(&sandbox(), &sh(&script), &caps);
+    assert_eq!(lines(&bypass), ["000", "000"], "{}", stderr(&bypass));
+    let refused = refusals(&bypass);
+    assert_eq!(refused.len(), 1, "{:?}", network(&bypass));
+    assert_eq!(refused[0].host, "198.18.0.200");
+    assert!(network(&bypass).decisions.iter().all(|d| !d.allowed));
 }
 
 #[test]
@@ -239,6 +296,10 @@ fn dns_from_inside_reaches_no_resolver() {
          \x20   print('resolved', socket.getaddrinfo('{name}', 80))\n\
          except OSError as e:\n\
          \x20   print('no resolution', e)\n\
+         try:\n\
+         \x20   print('unlisted resolved', socket.getaddrinfo('example.com', 80))\n\
+         except OSError as e:\n\
+         \x20   print('unlisted: no resolution', e)\n\
          servers = ['8.8.8.8', '1.1.1.1', '{ip}']\n\
          try:\n\
          \x20   servers += [l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')]\n\
@@ -255,8 +316,14 @@ fn dns_from_inside_reaches_no_resolver() {
     );
     let out = run_with(&sandbox(), &Tool::command([PY, "-c", &code]), &caps);
     let text = ok_stdout(&out);
-    assert!(text.contains("no resolution"), "{text}");
-    assert!(!text.contains("resolved"), "{text}");
+    // The allowed name "resolves" only to its synthetic address, from the sandbox's own
+    // /etc/hosts (static data): never to the upstream's real address.
+    assert!(
+        text.contains("resolved") && text.contains("'198.18.0.1'"),
+        "{text}"
+    );
+    assert!(!text.contains(&up.ip.to_string()[..]), "{text}");
+    assert!(text.contains("unlisted: no resolution"), "{text}");
     assert!(!text.contains("sent"), "{text}");
     assert!(text.contains("udp ENETUNREACH"), "{text}");
 }

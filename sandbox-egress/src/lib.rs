@@ -444,6 +444,86 @@ impl EgressProxy {
     }
 }
 
+impl EgressProxy {
+    /// Serves a transparent listener of the run of `grant`: a listener on `0.0.0.0:PORT`
+    /// inside the sandbox, where connections arrive addressed to synthetic addresses that
+    /// `names` maps back to host names (the sandbox's `/etc/hosts` gave the tool those
+    /// addresses). Each connection is handled like `CONNECT name:PORT` with the run's
+    /// credential: policy, resolution on the host, pinning, the first-bytes check (the TLS
+    /// server name or HTTP `Host` must be that name), budgets, secrets. A connection to an
+    /// address no name maps to is refused.
+    pub fn attach_transparent(
+        &self,
+        listener: std::net::TcpListener,
+        grant: &RunGrant,
+        names: HashMap<IpAddr, String>,
+    ) -> io::Result<Attached> {
+        listener.set_nonblocking(true)?;
+        let _entered = self.runtime.enter();
+        let tcp = TcpListener::from_std(listener)?;
+        let runs: Arc<Runs> = Arc::default();
+        lock(&runs).insert(grant.token.clone(), grant.state.clone());
+        let weak = Arc::downgrade(&runs);
+        let token = grant.token.clone();
+        let clients = self.clients.clone();
+        let names = Arc::new(names);
+        let task = self.runtime.spawn(async move {
+            loop {
+                match tcp.accept().await {
+                    Ok((stream, _)) => {
+                        let Ok(permit) = clients.clone().try_acquire_owned() else {
+                            continue;
+                        };
+                        let (weak, token, names) = (weak.clone(), token.clone(), names.clone());
+                        tokio::spawn(async move {
+                            if let Some(run) = find_run(&weak, &token) {
+                                serve_transparent(stream, &run, &names).await;
+                            }
+                            drop(permit);
+                        });
+                    }
+                    Err(err) => accept_error(err).await,
+                }
+            }
+        });
+        Ok(Attached { task, runs })
+    }
+}
+
+/// One transparent connection: its local address names the host, its local port the port.
+async fn serve_transparent(client: TcpStream, run: &RunState, names: &HashMap<IpAddr, String>) {
+    let Ok(local) = client.local_addr() else {
+        return;
+    };
+    let port = local.port();
+    let Some(host) = names.get(&local.ip()) else {
+        refuse(
+            run,
+            &local.ip().to_string(),
+            port,
+            None,
+            Refusal::BadRequest(format!(
+                "{local} is no allowlisted name's address (tools reach addresses through the proxy variables)"
+            )),
+        );
+        return;
+    };
+    if count_connection(run, host, port).is_err() {
+        return;
+    }
+    let Ok((addr, upstream)) = open_upstream(run, host, port).await else {
+        return;
+    };
+    if intercept::intercepts(run, host) {
+        intercept::serve_intercepted(client, upstream, Vec::new(), run, host, port, addr).await;
+        return;
+    }
+    splice(client, upstream, Vec::new(), run, host, |why| {
+        refuse(run, host, port, Some(addr), why);
+    })
+    .await;
+}
+
 /// A run's own listener being served (see [`EgressProxy::attach`]). Dropping it closes the
 /// listener and refuses new connections on it; tunnels already open run on until either
 /// side closes or the run's budget is spent.

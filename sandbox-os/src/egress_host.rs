@@ -70,6 +70,8 @@ pub struct RunEgress {
     rules: Vec<String>,
     /// `(variable, placeholder)` of each secret.
     placeholders: Vec<(String, String)>,
+    /// The transparent listeners being served.
+    transparent: Vec<Attached>,
 }
 
 impl std::fmt::Debug for RunEgress {
@@ -127,6 +129,7 @@ impl RunEgress {
             attached: None,
             rules: rules.iter().map(ToString::to_string).collect(),
             placeholders,
+            transparent: Vec::new(),
         })
     }
 
@@ -186,6 +189,28 @@ impl RunEgress {
         self.placeholders.iter().map(|(k, _)| k.as_str()).collect()
     }
 
+    /// Serves the transparent listeners the helper created (see `egress_transparent`),
+    /// mapping `names`' synthetic addresses back to their host names.
+    pub fn attach_transparent(
+        &mut self,
+        host: &EgressHost,
+        listeners: Vec<TcpListener>,
+        names: &[(std::net::Ipv4Addr, String)],
+    ) -> Result<()> {
+        let map: std::collections::HashMap<std::net::IpAddr, String> = names
+            .iter()
+            .map(|(addr, name)| (std::net::IpAddr::V4(*addr), name.clone()))
+            .collect();
+        for listener in listeners {
+            let attached = host
+                .proxy
+                .attach_transparent(listener, &self.grant, map.clone())
+                .map_err(|e| Error::setup("serve a transparent egress listener", e))?;
+            self.transparent.push(attached);
+        }
+        Ok(())
+    }
+
     /// Serves the listener the helper created inside the sandbox.
     pub fn attach(&mut self, host: &EgressHost, listener: TcpListener) -> Result<()> {
         let attached = host
@@ -199,6 +224,7 @@ impl RunEgress {
     /// Stops serving the run and returns its decisions, and a denial for each refusal.
     pub fn finish(mut self) -> (NetworkReceipt, Vec<Denial>) {
         drop(self.attached.take());
+        self.transparent.clear();
         let receipt = self.grant.receipt(
             egress_link::proxy_addr().to_string(),
             std::mem::take(&mut self.rules),

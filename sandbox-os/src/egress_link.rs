@@ -34,16 +34,24 @@ pub fn proxy_addr() -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, EGRESS_PORT))
 }
 
+/// Most descriptors one link message carries: the proxy's listener and the transparent
+/// ones.
+const MAX_FDS: usize = 1 + crate::egress_transparent::MAX_PORTS;
+
 /// In the helper, inside the sandbox's network namespace: binds the proxy's listener and
-/// sends it to the host over `link`. The helper's copy is closed on return.
-pub fn send_listener(link: &UnixStream) -> io::Result<()> {
+/// sends it to the host over `link`, followed by `transparent` (listeners on `0.0.0.0`,
+/// see `egress_transparent`). The helper's copies are closed on return.
+pub fn send_listeners(link: &UnixStream, transparent: Vec<TcpListener>) -> io::Result<()> {
     let listener = TcpListener::bind(proxy_addr())?;
-    let fds = [listener.as_fd()];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let fds: Vec<_> = std::iter::once(listener.as_fd())
+        .chain(transparent.iter().map(AsFd::as_fd))
+        .take(MAX_FDS)
+        .collect();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
         return Err(io::Error::other(
-            "control buffer too small for one descriptor",
+            "control buffer too small for the listeners",
         ));
     }
     sendmsg(
@@ -55,14 +63,27 @@ pub fn send_listener(link: &UnixStream) -> io::Result<()> {
     Ok(())
 }
 
-/// On the host: waits up to `timeout` for the listener a helper sends over `link`.
-/// `Ok(None)` when the helper closed the link without sending one (its setup failed, and
-/// its control channel says why). The socket must be a TCP listener on
-/// [`proxy_addr`].
-pub fn receive_listener(link: &UnixStream, timeout: Duration) -> io::Result<Option<TcpListener>> {
+/// The listeners a helper hands over: the proxy's, and one per transparent port.
+#[derive(Debug)]
+pub struct Listeners {
+    /// On [`proxy_addr`].
+    pub proxy: TcpListener,
+    /// On `0.0.0.0:PORT`, in the order of the ports asked for.
+    pub transparent: Vec<TcpListener>,
+}
+
+/// On the host: waits up to `timeout` for the listeners a helper sends over `link`: the
+/// proxy's on [`proxy_addr`], then one on `0.0.0.0:PORT` for each of `ports`, exactly.
+/// `Ok(None)` when the helper closed the link without sending them (its setup failed, and
+/// its control channel says why).
+pub fn receive_listeners(
+    link: &UnixStream,
+    timeout: Duration,
+    ports: &[u16],
+) -> io::Result<Option<Listeners>> {
     link.set_read_timeout(Some(timeout))?;
     let mut byte = [0u8; 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = recvmsg(
         link,
@@ -86,27 +107,48 @@ pub fn receive_listener(link: &UnixStream, timeout: Duration) -> io::Result<Opti
     if received.bytes == 0 && fds.is_empty() {
         return Ok(None);
     }
-    let (Some(fd), true) = (fds.pop(), fds.is_empty()) else {
+    if fds.len() != 1 + ports.len() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            "the helper sent no descriptor, or more than one, for the egress listener",
-        ));
-    };
-    let listener = TcpListener::from(fd);
-    match listener.local_addr() {
-        Ok(addr) if addr == proxy_addr() => Ok(Some(listener)),
-        Ok(addr) => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
             format!(
-                "the egress listener is bound to {addr}, not {}",
-                proxy_addr()
+                "the helper sent {} descriptors for the egress listeners, not {}",
+                fds.len(),
+                1 + ports.len()
             ),
-        )),
-        Err(err) => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("the egress descriptor is not a TCP socket: {err}"),
-        )),
+        ));
     }
+    let mut listeners = fds.into_iter().map(TcpListener::from);
+    let expected = std::iter::once(proxy_addr()).chain(
+        ports
+            .iter()
+            .map(|port| SocketAddr::from((Ipv4Addr::UNSPECIFIED, *port))),
+    );
+    let mut checked = Vec::new();
+    for (listener, want) in listeners.by_ref().zip(expected) {
+        match listener.local_addr() {
+            Ok(addr) if addr == want => checked.push(listener),
+            Ok(addr) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("an egress listener is bound to {addr}, not {want}"),
+                ))
+            }
+            Err(err) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("an egress descriptor is not a TCP socket: {err}"),
+                ))
+            }
+        }
+    }
+    let mut checked = checked.into_iter();
+    let proxy = checked
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no proxy listener"))?;
+    Ok(Some(Listeners {
+        proxy,
+        transparent: checked.collect(),
+    }))
 }
 
 /// Binds the proxy's listener inside the network namespace of process `pid` (a container
@@ -140,7 +182,7 @@ mod tests {
     fn a_closed_link_without_a_listener_is_none_not_an_error() {
         let (host, helper) = UnixStream::pair().expect("pair");
         drop(helper);
-        let got = receive_listener(&host, Duration::from_secs(5)).expect("receive");
+        let got = receive_listeners(&host, Duration::from_secs(5), &[]).expect("receive");
         assert!(got.is_none());
     }
 
@@ -159,7 +201,7 @@ mod tests {
             SendFlags::NOSIGNAL,
         )
         .expect("send");
-        let err = receive_listener(&host, Duration::from_secs(5)).expect_err("wrong address");
+        let err = receive_listeners(&host, Duration::from_secs(5), &[]).expect_err("wrong address");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(err.to_string().contains("not 127.0.0.1:3128"), "{err}");
     }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::egress_link::{self, EGRESS_FD};
+use crate::egress_transparent::{self, Transparent};
 use crate::fs_policy;
 use crate::identity::{EMBEDDER_INSIDE_ID, NEWGIDMAP, NEWUIDMAP};
 use crate::protocol::{
@@ -130,7 +131,13 @@ fn supervise() -> i32 {
     if let Some(link) = egress {
         // In the new network namespace now: the proxy's listener goes to the host, and the
         // helper keeps no copy of it (nor of the link) before init is forked.
-        if let Err(e) = egress_link::send_listener(&link) {
+        let transparent = match (&spec.run.net, &spec.image) {
+            (sandbox_core::Net::Allow(rules), None) => Transparent::plan(rules),
+            _ => Transparent::default(),
+        };
+        let sent = egress_transparent::bind_listeners(&transparent)
+            .and_then(|listeners| egress_link::send_listeners(&link, listeners));
+        if let Err(e) = sent {
             send(
                 &control,
                 &setup_failed(

@@ -19,6 +19,7 @@ mod cgroup;
 mod cgroup_cleanup;
 mod egress_host;
 mod egress_link;
+mod egress_transparent;
 mod fs_policy;
 mod helper;
 mod identity;

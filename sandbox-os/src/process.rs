@@ -14,12 +14,13 @@ use crate::identity::{HostIds, IdRange, Registry};
 
 use crate::cgroup;
 use crate::egress_host::{EgressHost, RunEgress};
+use crate::egress_transparent::{self, Transparent};
 use crate::plan::{self, Facts, RealHost};
 use crate::pool::{self, Pool, PoolSize, Warm};
 use crate::probe::HostProbe;
 use crate::protocol::{
-    Command, EndReason, Enforced, Event, Fault, LandlockStatus, MountRole, MountSpec, NetMode,
-    Rlimit, Spec,
+    Command, EndReason, Enforced, Event, Fault, FileSpec, LandlockStatus, MountRole, MountSpec,
+    NetMode, Rlimit, Spec,
 };
 use crate::supervise::{self, Outcome};
 
@@ -423,9 +424,33 @@ impl ProcessBackend {
         adjust(&mut spec, &mut command)?;
         let mut egress =
             self.egress_for(&mut spec, &caps.secrets, ctx.strictness, &mut pre.gaps)?;
+        let transparent = match (&egress, &spec.run.net, &spec.image) {
+            (Some(_), Net::Allow(rules), None) => Transparent::plan(rules),
+            _ => Transparent::default(),
+        };
         if let Some((run_egress, _)) = &egress {
             run_egress.set_env(&mut command.env);
             spec.files.extend(run_egress.trust_files());
+            let etc_file_free = |spec: &Spec, path: &str| {
+                !spec
+                    .run
+                    .mounts
+                    .iter()
+                    .any(|m| Path::new(path).starts_with(&m.target))
+                    && !spec.files.iter().any(|f| f.path == Path::new(path))
+            };
+            if !transparent.is_empty() && etc_file_free(&spec, "/etc/hosts") {
+                spec.files.push(FileSpec {
+                    path: "/etc/hosts".into(),
+                    contents: transparent.hosts_file(),
+                });
+                if etc_file_free(&spec, "/etc/nsswitch.conf") {
+                    spec.files.push(FileSpec {
+                        path: "/etc/nsswitch.conf".into(),
+                        contents: egress_transparent::NSSWITCH.into(),
+                    });
+                }
+            }
         }
         let layout = host.cgroup.as_ref().ok();
         let registry = match &identity {
@@ -469,8 +494,11 @@ impl ProcessBackend {
         } = warm;
         if let Some((run_egress, host)) = &mut egress {
             // `None`: the helper's setup failed before it got there; the run reports why.
-            if let Some(listener) = prepared.take_egress_listener(EGRESS_LISTENER_WAIT)? {
-                run_egress.attach(host, listener)?;
+            let listeners =
+                prepared.take_egress_listeners(EGRESS_LISTENER_WAIT, &transparent.ports)?;
+            if let Some(listeners) = listeners {
+                run_egress.attach(host, listeners.proxy)?;
+                run_egress.attach_transparent(host, listeners.transparent, &transparent.names)?;
             }
         }
         let usage = || cgroup.as_ref().and_then(|cg| cg.cpu_usage_us());
@@ -519,6 +547,20 @@ impl ProcessBackend {
             identity.source(),
         )?;
         if let Some((run_egress, _)) = egress {
+            if !transparent.is_empty() {
+                let names: Vec<&str> = transparent.names.iter().map(|(_, n)| n.as_str()).collect();
+                let ports: Vec<String> = transparent.ports.iter().map(u16::to_string).collect();
+                output.receipt.enforce(
+                    Capability::Net,
+                    Mechanism::Proxy,
+                    "transparent interception",
+                    format!(
+                        "for tools that ignore the proxy variables: {} resolve in the sandbox's /etc/hosts to synthetic 198.18.0.0/15 addresses whose connections on ports {} the proxy takes; the TLS server name or HTTP Host must be that name",
+                        names.join(","),
+                        ports.join(",")
+                    ),
+                );
+            }
             let names = run_egress.secret_names().join(",");
             if !names.is_empty() {
                 output.receipt.enforce(

@@ -1,7 +1,6 @@
 //! Host side of a run: spawns the helper, feeds stdin, collects capped output, relays
 //! cancellation, and always reaps the helper (nothing is left behind, even on error).
 
-use std::net::TcpListener;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -140,14 +139,18 @@ pub fn prepare(helper: &Path, spec: &Spec) -> Result<Prepared> {
 }
 
 impl Prepared {
-    /// For a run under an allowlist: the listener the helper created inside the sandbox's
-    /// network namespace (see `egress_link`), waiting at most `timeout` for the helper to
-    /// get that far. `Ok(None)`: the helper's setup failed first (the run then reports
-    /// why) or the run has no egress link.
-    pub fn take_egress_listener(&mut self, timeout: Duration) -> Result<Option<TcpListener>> {
+    /// For a run under an allowlist: the listeners the helper created inside the sandbox's
+    /// network namespace (see `egress_link`): the proxy's and one per transparent port in
+    /// `ports`, waiting at most `timeout` for the helper to get that far. `Ok(None)`: the
+    /// helper's setup failed first (the run then reports why) or the run has no egress link.
+    pub fn take_egress_listeners(
+        &mut self,
+        timeout: Duration,
+        ports: &[u16],
+    ) -> Result<Option<egress_link::Listeners>> {
         match self.egress.take() {
-            Some(link) => egress_link::receive_listener(&link, timeout)
-                .map_err(|e| Error::setup("receive the egress listener from the helper", e)),
+            Some(link) => egress_link::receive_listeners(&link, timeout, ports)
+                .map_err(|e| Error::setup("receive the egress listeners from the helper", e)),
             None => Ok(None),
         }
     }

@@ -210,7 +210,9 @@ impl Drop for Upstream {
     }
 }
 
-/// Rewrites /etc/hosts in place (it may be a bind mount, so no rename).
+/// Rewrites /etc/hosts: atomically by rename, so a concurrent reader (the proxy resolving
+/// another test's name) never sees it half written; in place when it is a mount point
+/// that cannot be renamed over (a container's bind mount).
 fn edit_hosts(f: impl FnOnce(&str) -> String) {
     let _guard = HOSTS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let mut text = String::new();
@@ -220,7 +222,15 @@ fn edit_hosts(f: impl FnOnce(&str) -> String) {
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
-    std::fs::write("/etc/hosts", f(&text)).expect("write /etc/hosts");
+    let new = f(&text);
+    let staged = format!("/etc/.hosts.strata-{}", std::process::id());
+    std::fs::write(&staged, &new).expect("write staged hosts");
+    std::fs::set_permissions(&staged, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod staged hosts");
+    if std::fs::rename(&staged, "/etc/hosts").is_err() {
+        let _ = std::fs::remove_file(&staged);
+        std::fs::write("/etc/hosts", new).expect("write /etc/hosts");
+    }
 }
 
 /// A test CA (`ca.pem`) and a server certificate it issued for `name` (`leaf.pem`,
