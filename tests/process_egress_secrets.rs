@@ -1,8 +1,8 @@
 //! Secrets at egress on the process backend, against a real upstream (see
 //! `egress_common`): the tool holds a placeholder; only requests to the secret's hosts
-//! carry the value, over HTTP and over HTTPS through the run's own CA. Its own test binary:
-//! it points the proxy's upstream trust (`SSL_CERT_FILE`, read once per process) at a
-//! bundle that includes the test upstream's self-signed certificate. Root only.
+//! carry the value, over HTTP and over HTTPS through the run's own CA. The proxy trusts the
+//! test upstream through `SSL_CERT_FILE`, which `egress_common` points at the system's
+//! roots plus its test CA. Root only.
 
 mod common;
 mod egress_common;
@@ -24,14 +24,6 @@ fn secret_reaches_only_its_host_and_the_tool_holds_a_placeholder() {
     let mut up = Upstream::start();
     let other = format!("other-{}.strata-test.example", std::process::id());
     up.alias(&other, &up.ip.to_string());
-    // The proxy verifies the upstream against the system's roots plus the test CA.
-    let bundle = up.dir.path().join("proxy-roots.pem");
-    let mut roots =
-        std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
-    roots.push_str(&std::fs::read_to_string(up.cert()).expect("cert"));
-    std::fs::write(&bundle, roots).expect("bundle");
-    std::env::set_var("SSL_CERT_FILE", &bundle);
-
     let mut caps = allow(&[
         format!("{}:{HTTP_PORT}", up.name),
         format!("{}:{HTTPS_PORT}", up.name),

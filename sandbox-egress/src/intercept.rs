@@ -194,38 +194,26 @@ pub(crate) async fn serve_intercepted<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(Err(e)) => return refused(format!("TLS with the client: {e}")),
         Err(_) => return refused("TLS with the client timed out".into()),
     };
-    let connector = match upstream_config() {
-        Ok(config) => tokio_rustls::TlsConnector::from(config),
-        Err(why) => return refused(why),
+    let tls_upstream = match connect_tls(upstream, host).await {
+        Ok(stream) => stream,
+        Err(why) => return refuse(run, host, port, Some(addr), Refusal::ConnectFailed(why)),
     };
-    let name = match ServerName::try_from(host.to_string()) {
-        Ok(name) => name,
-        Err(e) => return refused(format!("server name {host:?}: {e}")),
-    };
-    let tls_upstream =
-        match tokio::time::timeout(crate::CONNECT_TIMEOUT, connector.connect(name, upstream)).await
-        {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                return refuse(
-                    run,
-                    host,
-                    port,
-                    Some(addr),
-                    Refusal::ConnectFailed(format!("TLS with {host}: {e}")),
-                )
-            }
-            Err(_) => {
-                return refuse(
-                    run,
-                    host,
-                    port,
-                    Some(addr),
-                    Refusal::ConnectFailed(format!("TLS with {host} timed out")),
-                )
-            }
-        };
     serve_one(tls_client, tls_upstream, run, host, port, addr, 443).await;
+}
+
+/// TLS to an upstream already connected, verified against the host's roots for `host`.
+pub(crate) async fn connect_tls(
+    upstream: TcpStream,
+    host: &str,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let connector = tokio_rustls::TlsConnector::from(upstream_config()?);
+    let name =
+        ServerName::try_from(host.to_string()).map_err(|e| format!("server name {host:?}: {e}"))?;
+    match tokio::time::timeout(crate::CONNECT_TIMEOUT, connector.connect(name, upstream)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(format!("TLS with {host}: {e}")),
+        Err(_) => Err(format!("TLS with {host} timed out")),
+    }
 }
 
 /// Reads until the first bytes are classified (they stay in the prefix for the reader).

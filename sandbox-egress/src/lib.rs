@@ -1050,14 +1050,13 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
 /// Splits an absolute `http://` URI into its authority and the origin-form target
 /// (`/path?query`). Fragments, userinfo (refused later by [`Host::parse`]), other schemes,
 /// and control characters or spaces in the path are refused.
-fn split_absolute_uri(target: &str) -> Result<(&str, String), String> {
-    let rest = match target.get(..7) {
-        Some(scheme) if scheme.eq_ignore_ascii_case("http://") => &target[7..],
-        _ => {
-            return Err(
-                "only absolute http:// URIs are proxied (HTTPS goes through CONNECT)".into(),
-            )
-        }
+fn split_absolute_uri(target: &str) -> Result<(bool, &str, String), String> {
+    let (tls, rest) = if target.len() > 7 && target[..7].eq_ignore_ascii_case("http://") {
+        (false, &target[7..])
+    } else if target.len() > 8 && target[..8].eq_ignore_ascii_case("https://") {
+        (true, &target[8..])
+    } else {
+        return Err("only absolute http:// and https:// URIs are proxied".into());
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
@@ -1074,7 +1073,7 @@ fn split_absolute_uri(target: &str) -> Result<(&str, String), String> {
     } else {
         path.to_string()
     };
-    Ok((authority, path))
+    Ok((tls, authority, path))
 }
 
 /// Host text and port of an authority whose port may be omitted (then `default`).
@@ -1115,7 +1114,7 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
     let bad = |why: String| {
         refuse(run, &head.target, 0, None, Refusal::BadRequest(why));
     };
-    let (authority, path) = match split_absolute_uri(&head.target) {
+    let (tls, authority, path) = match split_absolute_uri(&head.target) {
         Ok(split) => split,
         Err(why) => {
             bad(why);
@@ -1123,7 +1122,8 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
     };
-    let (host_text, port) = match split_authority_default(authority, 80) {
+    let default_port = if tls { 443 } else { 80 };
+    let (host_text, port) = match split_authority_default(authority, default_port) {
         Ok(split) => split,
         Err(why) => {
             bad(why);
@@ -1131,7 +1131,7 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
     };
-    let body = match check_request_headers(&head, host_text, port, 80) {
+    let body = match check_request_headers(&head, host_text, port, default_port) {
         Ok(body) => body,
         Err((status, why)) => {
             refuse(run, host_text, port, None, Refusal::BadRequest(why));
@@ -1147,10 +1147,28 @@ async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     let request = build_request(run, &head, &path, authority, host_text, port, addr);
-    forward_request(client, upstream, run, request, early, body, |why| {
-        refuse(run, host_text, port, Some(addr), why);
-    })
-    .await;
+    let on_stop = |why| refuse(run, host_text, port, Some(addr), why);
+    if !tls {
+        forward_request(client, upstream, run, request, early, body, on_stop).await;
+        return;
+    }
+    // An absolute https:// URI (busybox wget, some HTTP libraries): the proxy speaks TLS to
+    // the upstream itself, verified against the host's roots.
+    match intercept::connect_tls(upstream, host_text).await {
+        Ok(tls_upstream) => {
+            forward_request(client, tls_upstream, run, request, early, body, on_stop).await
+        }
+        Err(why) => {
+            refuse(
+                run,
+                host_text,
+                port,
+                Some(addr),
+                Refusal::ConnectFailed(why),
+            );
+            respond(&mut client, "502 Bad Gateway", "").await;
+        }
+    }
 }
 
 /// Checks the headers of a request to `host_text:port` (`default_port` when the `Host`

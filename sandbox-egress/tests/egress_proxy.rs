@@ -790,7 +790,7 @@ async fn plain_http_smuggling_shapes_are_refused() {
         );
     }
     for target in [
-        format!("https://127.0.0.1:{port}/"),
+        format!("ftp://127.0.0.1:{port}/"),
         format!("http://user@127.0.0.1:{port}/"),
         format!("http://2130706433:{port}/"),
         format!("http://127.0.0.1:{port}/#frag"),

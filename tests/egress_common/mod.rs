@@ -12,7 +12,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// The upstream's HTTP port.
 pub const HTTP_PORT: u16 = 8080;
@@ -233,72 +233,114 @@ fn edit_hosts(f: impl FnOnce(&str) -> String) {
     }
 }
 
-/// A test CA (`ca.pem`) and a server certificate it issued for `name` (`leaf.pem`,
-/// `key.pem`): a real chain, as TLS clients that refuse a CA used as an end entity need.
+/// The test process's CA (one per process: the proxy loads its upstream roots once per
+/// process), created on first use, with `SSL_CERT_FILE` pointed at the system's roots plus
+/// it so the proxy trusts the test upstreams it issues for.
+fn test_ca() -> &'static Path {
+    static CA: OnceLock<tempfile::TempDir> = OnceLock::new();
+    CA.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("strata-test-ca")
+            .tempdir()
+            .expect("tempdir");
+        openssl(
+            dir.path(),
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=strata egress test CA",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+        );
+        let mut roots =
+            std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+        roots.push_str(&std::fs::read_to_string(dir.path().join("ca.pem")).expect("ca"));
+        let bundle = dir.path().join("roots.pem");
+        std::fs::write(&bundle, roots).expect("bundle");
+        std::env::set_var("SSL_CERT_FILE", &bundle);
+        dir
+    })
+    .path()
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A server certificate for `name` issued by the process's test CA (`leaf.pem`,
+/// `key.pem`), and a copy of the CA (`ca.pem`, what clients must trust), in `dir`.
 fn make_cert(dir: &Path, name: &str) {
-    let ext = dir.join("leaf.ext");
+    let ca = test_ca();
     std::fs::write(
-        &ext,
+        dir.join("leaf.ext"),
         format!(
             "subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
         ),
     )
     .expect("write ext");
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let steps: [Vec<String>; 3] = [
-        ["req", "-x509"]
-            .iter()
-            .chain(&ec)
-            .map(|s| s.to_string())
-            .chain(["-days", "2", "-subj", "/CN=strata egress test CA"].map(String::from))
-            .chain(["-keyout", "ca.key", "-out", "ca.pem"].map(String::from))
-            .collect(),
-        ["req"]
-            .iter()
-            .chain(&ec)
-            .map(|s| s.to_string())
-            .chain(["-subj".to_string(), format!("/CN={name}")])
-            .chain(["-keyout", "key.pem", "-out", "leaf.csr"].map(String::from))
-            .collect(),
-        [
+    std::fs::copy(ca.join("ca.pem"), dir.join("ca.pem")).expect("copy ca");
+    let subject = format!("/CN={name}");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &subject,
+            "-keyout",
+            "key.pem",
+            "-out",
+            "leaf.csr",
+        ],
+    );
+    let (ca_pem, ca_key) = (ca.join("ca.pem"), ca.join("ca.key"));
+    openssl(
+        dir,
+        &[
             "x509",
             "-req",
             "-in",
             "leaf.csr",
             "-CA",
-            "ca.pem",
+            &ca_pem.display().to_string(),
             "-CAkey",
-            "ca.key",
+            &ca_key.display().to_string(),
             "-CAcreateserial",
+            "-CAserial",
+            "leaf.srl",
             "-days",
             "2",
             "-extfile",
             "leaf.ext",
             "-out",
             "leaf.pem",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    for args in steps {
-        let out = Command::new("openssl")
-            .args(&args)
-            .current_dir(dir)
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "openssl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+        ],
+    );
     for file in ["ca.pem", "leaf.pem", "key.pem"] {
         std::fs::set_permissions(
             dir.join(file),
