@@ -280,6 +280,24 @@ export interface Caps {
    * a fresh one. Default: none.
    */
   agent?: string
+  /**
+   * Secrets the tool may use only toward named hosts, under a network allowlist (`net`).
+   * The tool's variable `env` holds a per-run placeholder (never the value); the egress
+   * proxy puts the value in place of the placeholder in the request headers it sends to the
+   * secret's `hosts`, and nowhere else (HTTPS through a per-run CA the sandbox trusts). The
+   * value is never in the sandbox, receipts or logs. Default: none.
+   */
+  secrets?: readonly Secret[]
+}
+
+/** A secret bound to hosts (see {@link Caps.secrets}). */
+export interface Secret {
+  /** The tool's environment variable, holding a placeholder: letters, digits and `_`. */
+  env: string
+  /** The value: printable text, no control characters (it goes into request headers). */
+  value: string
+  /** Where the value may go: host names or `*.domain` wildcards (no addresses, no ports). */
+  hosts: readonly string[]
 }
 
 /** The container runtimes: Strata's own, or a Docker/Podman engine (optionally gVisor). */
@@ -391,6 +409,8 @@ export interface EgressDecision {
   limit?: LimitKind
   /** Why it was refused, for people (names the rule, range or limit). */
   reason?: string
+  /** The variables of the secrets whose values went into this request (never the values). */
+  secrets?: string[]
 }
 
 /** What the egress enforcement of a run under a network allowlist decided. */

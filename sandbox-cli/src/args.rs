@@ -169,11 +169,14 @@ fn size(flag: &str, value: &str) -> Result<ByteSize> {
 
 /// `--secret NAME@HOST[,HOST...]`, the value from this process's environment.
 fn secret(binding: &str) -> Result<strata::caps::Secret> {
-    let (env, hosts) = binding.split_once('@').ok_or_else(|| {
-        Error::invalid(format!(
-            "--secret {binding:?}: expected NAME@HOST[,HOST...]"
-        ))
-    })?;
+    let (env, hosts) = binding
+        .split_once('@')
+        .filter(|(env, _)| !env.is_empty())
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "--secret {binding:?}: expected NAME@HOST[,HOST...]"
+            ))
+        })?;
     let value = std::env::var(env).map_err(|_| {
         Error::invalid(format!(
             "--secret {env}: set the environment variable {env} to the secret's value for strata"
@@ -418,6 +421,47 @@ mod tests {
             request(&["--egress-connections", "-1"]).is_err(),
             "a negative count is refused"
         );
+    }
+
+    #[test]
+    fn secret_flag_parses_name_and_hosts_and_takes_the_value_from_the_environment() {
+        // PATH is set wherever tests run; any variable of strata's own environment works.
+        let path = std::env::var("PATH").expect("PATH is set");
+        let caps = request(&[
+            "--net",
+            "allow:api.example.com",
+            "--secret",
+            "PATH@api.example.com,*.example.org",
+        ])
+        .expect("a secret under an allowlist")
+        .caps;
+        assert_eq!(caps.secrets.len(), 1);
+        let secret = &caps.secrets[0];
+        assert_eq!(secret.env, "PATH");
+        assert_eq!(secret.value, path);
+        assert_eq!(secret.hosts, ["api.example.com", "*.example.org"]);
+        for (binding, expected) in [
+            ("PATH", "expected NAME@HOST"),
+            ("@api.example.com", "expected NAME@HOST"),
+            (
+                "STRATA_CLI_UNIT_TEST_UNSET_VARIABLE@api.example.com",
+                "set the environment variable STRATA_CLI_UNIT_TEST_UNSET_VARIABLE",
+            ),
+        ] {
+            let err = request(&["--net", "allow:api.example.com", "--secret", binding])
+                .err()
+                .expect(binding);
+            assert_eq!(err.kind(), strata::ErrorKind::InvalidRequest, "{err}");
+            assert!(err.to_string().contains(expected), "{binding}: {err}");
+        }
+        let err = request(&["--secret", "PATH@api.example.com"])
+            .err()
+            .expect("no allowlist");
+        assert!(
+            err.to_string().contains("secrets need a network allowlist"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains(&path), "{err}");
     }
 
     #[test]

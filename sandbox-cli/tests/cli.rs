@@ -247,6 +247,126 @@ fn bad_arguments_exit_2_with_one_line_and_run_nothing() {
     }
 }
 
+/// `strata` with only `vars` in its environment.
+fn strata_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
+    Command::new(exe())
+        .args(args)
+        .env_clear()
+        .envs(vars.iter().copied())
+        .output()
+        .expect("run strata")
+}
+
+#[test]
+fn bad_secret_flags_exit_2_naming_the_problem_and_run_nothing() {
+    let value = "s3cr3t-never-printed";
+    let marker = tempfile::tempdir().expect("tempdir");
+    let flag = marker.path().join("ran");
+    let touch = format!("touch {}", flag.display());
+    let rw = marker.path().display().to_string();
+    let allow = "allow:api.example.com:443";
+    for (secret, net, vars, expected) in [
+        // No `@`: not NAME@HOSTS.
+        ("TOKEN", allow, vec![("TOKEN", value)], "expected NAME@HOST"),
+        ("@api.example.com", allow, vec![], "expected NAME@HOST"),
+        // The value comes from strata's own environment; here it is not set.
+        (
+            "TOKEN@api.example.com",
+            allow,
+            vec![],
+            "set the environment variable TOKEN",
+        ),
+        // Secrets are sent by the egress proxy: no allowlist, no secrets.
+        (
+            "TOKEN@api.example.com",
+            "none",
+            vec![("TOKEN", value)],
+            "secrets need a network allowlist",
+        ),
+        (
+            "TOKEN@api.example.com",
+            "host",
+            vec![("TOKEN", value)],
+            "secrets need a network allowlist",
+        ),
+        // A value that would break out of its header line.
+        (
+            "TOKEN@api.example.com",
+            allow,
+            vec![("TOKEN", "v\r\nX-Injected: 1")],
+            "no CR, LF",
+        ),
+        (
+            "TOKEN@192.0.2.7",
+            "allow:192.0.2.7:443",
+            vec![("TOKEN", value)],
+            "bind secrets to host names",
+        ),
+    ] {
+        let args = [
+            "run", "--secret", secret, "--net", net, "--rw", &rw, "--", "sh", "-c", &touch,
+        ];
+        let out = strata_with_env(&args, &vars);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line, got {err:?}"
+        );
+        assert!(err.starts_with("strata: "), "{err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!err.contains(value) && !err.contains("X-Injected"), "{err}");
+        assert!(!flag.exists(), "{args:?} ran the tool");
+    }
+}
+
+#[test]
+fn secret_flag_gives_the_tool_a_placeholder_and_the_receipt_names_it() {
+    let value = "s3cr3t-never-printed";
+    let out = strata_with_env(
+        &[
+            "run",
+            "--json",
+            "--backend",
+            "process",
+            "--net",
+            "allow:api.example.com:443",
+            "--secret",
+            "TOKEN@api.example.com,*.example.org",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$TOKEN\"",
+        ],
+        &[("TOKEN", value)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains(value),
+        "the value reached the tool or the output: {stdout}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let lines: Vec<&str> = json["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .lines()
+        .collect();
+    assert!(lines[0].starts_with("strata-secret-"), "{json}");
+    let enforced = json["receipt"]["enforced"].as_array().expect("enforced");
+    assert!(
+        enforced
+            .iter()
+            .any(|e| e["mechanism"] == "secrets at egress"
+                && e["detail"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("TOKEN:")),
+        "{enforced:?}"
+    );
+}
+
 #[test]
 fn unavailable_backend_is_refused_with_125() {
     let out = strata(&["run", "--backend", "microvm", "--", "true"]);

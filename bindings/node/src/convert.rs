@@ -12,7 +12,7 @@ use serde::Deserialize;
 use strata::names::{self, Dialect, Field, MountField};
 use strata::{
     ByteSize, Caps, ContainerRuntime, ContainerSpec, Error, Mount, Net, NetRule, Receipt,
-    RunOutput, SystemDirs, Tool,
+    RunOutput, Secret, SystemDirs, Tool,
 };
 
 /// The caps object of the Node API (`readOnly`, `timeoutMs`, ...), mapped onto [`Caps`].
@@ -49,6 +49,7 @@ pub(crate) struct NodeCaps {
     runtime: Option<ContainerRuntime>,
     workspace: Option<PathBuf>,
     agent: Option<String>,
+    secrets: Option<Secrets>,
 }
 
 impl From<NodeCaps> for Caps {
@@ -77,6 +78,7 @@ impl From<NodeCaps> for Caps {
         }
         caps.workdir = node.workdir;
         caps.agent = node.agent;
+        caps.secrets = node.secrets.map(|s| s.0).unwrap_or_default();
         let limits = &mut caps.limits;
         if let Some(ms) = node.timeout_ms {
             limits.timeout = ms.0;
@@ -179,6 +181,7 @@ impl<'de> Deserialize<'de> for NodeCaps {
                         Field::Runtime => caps.runtime = map.next_value()?,
                         Field::Workspace => caps.workspace = map.next_value()?,
                         Field::Agent => caps.agent = map.next_value()?,
+                        Field::Secrets => caps.secrets = map.next_value()?,
                         // Schema forms Node does not take (the table gives them no Node
                         // name, so the lookup above never returns them).
                         Field::Limits | Field::Container => {
@@ -247,6 +250,72 @@ impl From<NodeMount> for Mount {
         } else {
             mount
         }
+    }
+}
+
+/// The `secrets` array: `[{ env, value, hosts }]`, every key required (the schema's form of
+/// a secret may lack its value, which is never written out; here it is the input). Errors
+/// name the entry and never echo a value.
+#[derive(Debug)]
+struct Secrets(Vec<Secret>);
+
+impl<'de> Deserialize<'de> for Secrets {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// One entry, as JavaScript gives it.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Entry {
+            env: String,
+            value: String,
+            hosts: Vec<String>,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Secrets;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of { env, value, hosts } objects")
+            }
+            // Say what came instead without repeating it: it may be the value itself.
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Secrets, E> {
+                Err(E::custom(
+                    "secrets must be an array of { env, value, hosts } objects, got a string",
+                ))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Secrets, A::Error> {
+                Err(de::Error::custom(
+                    "secrets must be an array of { env, value, hosts } objects, got an object",
+                ))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Secrets, A::Error> {
+                let mut out = Vec::new();
+                // Each entry is read as JSON data first, then checked, so that its errors
+                // are serde's own (napi's deserializer prefixes a status to them).
+                while let Some(entry) = seq.next_element::<serde_json::Value>()? {
+                    let i = out.len();
+                    let kind = match &entry {
+                        serde_json::Value::Object(_) => None,
+                        serde_json::Value::Array(_) => Some("an array"),
+                        serde_json::Value::String(_) => Some("a string"),
+                        serde_json::Value::Null => Some("null"),
+                        _ => Some("a number or boolean"),
+                    };
+                    if let Some(kind) = kind {
+                        return Err(de::Error::custom(format!(
+                            "secrets[{i}] must be an object {{ env, value, hosts }}, got {kind}"
+                        )));
+                    }
+                    let entry = Entry::deserialize(entry)
+                        .map_err(|e| de::Error::custom(format!("secrets[{i}]: {e}")))?;
+                    out.push(Secret {
+                        env: entry.env,
+                        value: entry.value,
+                        hosts: entry.hosts,
+                    });
+                }
+                Ok(Secrets(out))
+            }
+        }
+        deserializer.deserialize_any(V)
     }
 }
 

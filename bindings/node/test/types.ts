@@ -38,6 +38,7 @@ import type {
   RunOptions,
   RunResult,
   SandboxTool,
+  Secret,
   ToolInput,
   ToolOutput,
 } from 'strata-sandbox'
@@ -88,6 +89,10 @@ async function runs(sandbox: Sandbox): Promise<void> {
     egressBytes: '100M',
     egressConnections: 8,
   }
+  const token: Secret = { env: 'API_TOKEN', value: 'v', hosts: ['api.example.com', '*.example.org'] }
+  const secretCaps: Caps = { net: 'allow:api.example.com:443', secrets: [token] }
+  const sentWith: string[][] = []
+  void secretCaps
   const containerCaps: Caps = { image: '/images/python-oci', runtime: 'native', workspace: '/srv/ws' }
   const runtimes: ContainerRuntime[] = ['native', 'docker', 'podman', 'runsc']
   void [containerCaps, runtimes]
@@ -115,6 +120,7 @@ async function runs(sandbox: Sandbox): Promise<void> {
     const refused: EgressDecision[] = network?.decisions.filter((d) => !d.allowed) ?? []
     const why: (EgressRefusal | undefined)[] = refused.map((d) => d.refusal)
     const budgets: (LimitKind | undefined)[] = refused.map((d) => d.limit)
+    sentWith.push(...(network?.decisions.map((d) => d.secrets ?? []) ?? []))
     const moved: number = (network?.bytes ?? 0) + (network?.connections ?? 0) + (network?.dropped ?? 0)
     void [code, signal, limit, text, flags, times, mechanisms, gaps, receipt.denials, receipt.layers, digest]
     void [why, budgets, moved, network?.enforcer, network?.rules]
@@ -130,6 +136,10 @@ async function runs(sandbox: Sandbox): Promise<void> {
   await sandbox.run(['true'], { timeoutMs: '5s' })
   // @ts-expect-error: the Node name is egressBytes
   await sandbox.run(['true'], { egress_bytes: '1M' })
+  // @ts-expect-error: a secret needs its value
+  await sandbox.run(['true'], { net: 'allow:api.example.com', secrets: [{ env: 'T', hosts: ['api.example.com'] }] })
+  // @ts-expect-error: a secret's hosts are a list
+  await sandbox.run(['true'], { net: 'allow:api.example.com', secrets: [{ env: 'T', value: 'v', hosts: 'api.example.com' }] })
   // @ts-expect-error: a connection budget is a number
   await sandbox.run(['true'], { egressConnections: '8' })
   // @ts-expect-error: not a refusal family

@@ -2,10 +2,10 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMapping, PyString, PyTuple};
 use serde_json::Value;
 use strata::names::{self, Dialect, Field};
-use strata::{Caps, Net, ScriptLanguage, Tool};
+use strata::{Caps, Net, ScriptLanguage, Secret, Tool};
 
 use crate::convert::{self, json_to_py, py_to_json};
 use crate::errors::{invalid, IntoPyResult};
@@ -186,6 +186,10 @@ impl ToPyRepr for Vec<String> {
 /// - `workdir`: working directory inside the sandbox.
 /// - `agent`: the agent the run acts for; each agent gets its own host uid and gid (a root
 ///   embedder), other runs a fresh one.
+/// - `secrets`: a list of `{"env": name, "value": str, "hosts": [host, ...]}` dicts, under a
+///   network allowlist: the tool's variable `env` holds a per-run placeholder, and the
+///   egress proxy puts the value in place of it in request headers to `hosts` only. Values
+///   are never read back (`secrets`, `to_dict()`, `to_json()` and `repr()` leave them out).
 /// - `system`: `"runtime"` (default) or `"none"`.
 /// - `image`, `runtime`, `workspace`: the container backend's image, runtime (`"native"`,
 ///   `"docker"`, `"podman"`, `"runsc"`) and kept writable layer (native runtime); or
@@ -195,9 +199,10 @@ impl ToPyRepr for Vec<String> {
 ///   field of it can also be given as a keyword (`cpus=0.5`; `timeout_ms` and `cpu_time_ms`
 ///   in milliseconds).
 ///
-/// `Caps(base, **changes)` starts from another Caps: mounts and env add to the base's,
-/// everything else replaces. The dict form also accepts exactly what `to_dict()` returns
-/// (the JSON schema shared with Rust and Node, `schema/caps.schema.json`). Unknown keys
+/// `Caps(base, **changes)` starts from another Caps: mounts, env and secrets add to the
+/// base's (a secret of the same `env` replaces the base's), everything else replaces. The
+/// dict form also accepts exactly what `to_dict()` returns (the JSON schema shared with
+/// Rust and Node, `schema/caps.schema.json`), but for secret values, which it leaves out. Unknown keys
 /// and invalid values raise InvalidRequestError (a ValueError) naming them, and an unknown
 /// key the closest valid one.
 #[pyclass(frozen, eq, module = "strata._strata", name = "Caps")]
@@ -334,11 +339,134 @@ fn millis(value: &Bound<'_, PyAny>, key: &str) -> PyResult<Value> {
     Ok(serde_json::Number::from_f64(ms).map_or(Value::Null, Value::Number))
 }
 
-/// Applies one mapping of keywords to `caps` (as JSON in the shared schema), merging:
-/// mounts and env add, limits merge per field, everything else replaces. Each keyword is
-/// looked up in the table of names (`strata::names::CAPS`); an unknown one is refused with
-/// the closest valid keyword.
-fn apply_mapping(caps: &mut Value, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
+/// The `secrets` key: a list of `{"env", "value", "hosts"}` mappings, read straight into
+/// [`Secret`]s (not through the JSON schema, whose form of a secret has no value). Wrong
+/// shapes and types are refused here, naming the entry and key; what the values may be
+/// (names, hosts, an allowlist) is the core's validation.
+fn parse_secrets(value: &Bound<'_, PyAny>) -> PyResult<Vec<Secret>> {
+    let py = value.py();
+    let type_name = |obj: &Bound<'_, PyAny>| {
+        obj.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    };
+    if value.is_none() {
+        return Ok(Vec::new());
+    }
+    let shape = r#"a list of {"env": ..., "value": ..., "hosts": [...]} dicts"#;
+    let not_a_list = value.is_instance_of::<PyString>()
+        || value.is_instance_of::<PyBytes>()
+        || value.cast::<PyMapping>().is_ok();
+    let iter = if not_a_list {
+        None
+    } else {
+        value.try_iter().ok()
+    };
+    let Some(iter) = iter else {
+        return Err(invalid(
+            py,
+            format!(
+                "invalid caps: secrets must be {shape}, got {}",
+                type_name(value)
+            ),
+        ));
+    };
+    let mut out = Vec::new();
+    for (i, entry) in iter.enumerate() {
+        let entry = entry?;
+        let what = format!("invalid caps: secrets[{i}]");
+        let Ok(mapping) = entry.cast::<PyMapping>() else {
+            return Err(invalid(
+                py,
+                format!(
+                    r#"{what} must be a dict {{"env", "value", "hosts"}}, got {}"#,
+                    type_name(&entry)
+                ),
+            ));
+        };
+        let (mut env, mut secret_value, mut hosts) = (None, None, None);
+        for item in mapping.items()?.iter() {
+            let (key, field): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            let key = match key.cast::<PyString>() {
+                Ok(key) => key.to_cow()?.into_owned(),
+                Err(_) => {
+                    return Err(invalid(
+                        py,
+                        format!("{what}: keys must be str, got {key:?}"),
+                    ))
+                }
+            };
+            let text = |field: &Bound<'_, PyAny>, name: &str| match field.cast::<PyString>() {
+                Ok(s) => Ok(s.to_cow()?.into_owned()),
+                Err(_) => Err(invalid(
+                    py,
+                    format!("{what}.{name} must be a str, got {}", type_name(field)),
+                )),
+            };
+            match key.as_str() {
+                "env" => env = Some(text(&field, "env")?),
+                "value" => secret_value = Some(text(&field, "value")?),
+                "hosts" => {
+                    let list =
+                        field.is_instance_of::<PyList>() || field.is_instance_of::<PyTuple>();
+                    if !list {
+                        return Err(invalid(
+                            py,
+                            format!(
+                                "{what}.hosts must be a list of host names, got {}",
+                                type_name(&field)
+                            ),
+                        ));
+                    }
+                    let mut names = Vec::new();
+                    for (j, host) in field.try_iter()?.enumerate() {
+                        names.push(text(&host?, &format!("hosts[{j}]"))?);
+                    }
+                    hosts = Some(names);
+                }
+                other => {
+                    let expected = "a secret has `env`, `value` and `hosts`";
+                    return Err(invalid(
+                        py,
+                        format!("{what}: unknown key `{other}` ({expected})"),
+                    ));
+                }
+            }
+        }
+        let missing = |name: &str| {
+            let hint = match name {
+                "value" => " (to_dict() and to_json() leave values out: give them again)",
+                _ => "",
+            };
+            invalid(py, format!("{what}: missing key `{name}`{hint}"))
+        };
+        out.push(Secret {
+            env: env.ok_or_else(|| missing("env"))?,
+            value: secret_value.ok_or_else(|| missing("value"))?,
+            hosts: hosts.ok_or_else(|| missing("hosts"))?,
+        });
+    }
+    Ok(out)
+}
+
+/// Adds `new` to the earlier `secrets` (a base's, or an earlier mapping's), replacing those
+/// of the same variable. Two of one variable within `new` both stay, for the core to refuse.
+fn merge_secrets(secrets: &mut Vec<Secret>, new: Vec<Secret>) {
+    secrets.retain(|old| !new.iter().any(|s| s.env == old.env));
+    secrets.extend(new);
+}
+
+/// Applies one mapping of keywords to `caps` (as JSON in the shared schema) and `secrets`
+/// (kept apart: the schema's form of a secret has no value), merging: mounts, env and
+/// secrets add, limits merge per field, everything else replaces. Each keyword is looked
+/// up in the table of names (`strata::names::CAPS`); an unknown one is refused with the
+/// closest valid keyword.
+fn apply_mapping(
+    caps: &mut Value,
+    secrets: &mut Vec<Secret>,
+    mapping: &Bound<'_, PyAny>,
+) -> PyResult<()> {
     let py = mapping.py();
     let items = match mapping.cast::<PyDict>() {
         Ok(dict) => dict.items(),
@@ -384,6 +512,7 @@ fn apply_mapping(caps: &mut Value, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
             Field::Net => {
                 root.insert(json_key, net(&value)?);
             }
+            Field::Secrets => merge_secrets(secrets, parse_secrets(&value)?),
             Field::Image | Field::Runtime | Field::Workspace => {
                 let json = py_to_json(&value, &key)?;
                 match root.get_mut("container") {
@@ -473,9 +602,11 @@ impl PyCaps {
             kwargs.map(|k| k.as_any()),
         ];
         if mappings.iter().any(Option::is_some) {
+            // Secrets go around the JSON: serializing one drops its value.
+            let mut secrets = std::mem::take(&mut caps.secrets);
             let mut json = serde_json::to_value(&caps).map_err(|e| serde_invalid(py, e))?;
             for mapping in mappings.into_iter().flatten() {
-                apply_mapping(&mut json, mapping)?;
+                apply_mapping(&mut json, &mut secrets, mapping)?;
             }
             caps = serde_path_to_error::deserialize(json).map_err(|e| {
                 let path = e.path().to_string();
@@ -486,6 +617,7 @@ impl PyCaps {
                     invalid(py, format!("invalid caps: {path}: {inner}"))
                 }
             })?;
+            caps.secrets = secrets;
         }
         caps.validate().py_err(py)?;
         Ok(PyCaps { caps })
@@ -632,6 +764,14 @@ impl PyCaps {
     #[getter]
     fn stdin<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
         pyo3::types::PyBytes::new(py, &self.caps.stdin)
+    }
+
+    /// The secrets as dicts `{"env", "hosts"}`: the values are never given back.
+    #[getter]
+    fn secrets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let value = serde_json::to_value(&self.caps.secrets)
+            .map_err(|e| invalid(py, format!("cannot serialize secrets: {e}")))?;
+        json_to_py(py, &value)
     }
 
     /// The agent this run acts for (its own host identity where the backend maps them).

@@ -219,6 +219,7 @@ def test_every_python_spelling_of_the_table_is_accepted(schemas: Dict[str, Any])
         "runtime": "docker",
         "workspace": "/ws",
         "agent": "a1",
+        "secrets": [{"env": "T", "value": "v", "hosts": ["api.example.com"]}],
     }
     table = schemas["caps"]["x-strata-names"]["caps"]
     spellings = {row["python"] for row in table if row["python"]} | {
@@ -227,6 +228,8 @@ def test_every_python_spelling_of_the_table_is_accepted(schemas: Dict[str, Any])
     assert spellings == set(samples), "a sample for every spelling"
     for key, value in samples.items():
         extra: Dict[str, Any] = {"image": "/i"} if key in ("runtime", "workspace") else {}
+        if key == "secrets":
+            extra = {"net": "allow:api.example.com"}
         caps = strata.Caps({key: value, **extra})
         assert caps != strata.Caps(), key
     assert strata.Caps(timeout_ms=1500).timeout == strata.Caps(timeout=1.5).timeout == 1.5

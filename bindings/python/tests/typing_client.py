@@ -28,7 +28,16 @@ def egress_use(receipt: strata.Receipt) -> int:
         return 0
     refused = [d for d in network["decisions"] if not d["allowed"]]
     budget: List[Optional[str]] = [d.get("limit") for d in refused if d.get("refusal") == "budget"]
-    return network["bytes"] + network["connections"] + len(budget)
+    sent: List[str] = [name for d in network["decisions"] for name in d.get("secrets", [])]
+    return network["bytes"] + network["connections"] + len(budget) + len(sent)
+
+
+def secrets_use() -> List[str]:
+    caps = strata.Caps(
+        net="allow:api.example.com:443",
+        secrets=[{"env": "API_TOKEN", "value": "v", "hosts": ["api.example.com"]}],
+    )
+    return [s["env"] + ",".join(s["hosts"]) for s in caps.secrets]
 
 
 async def async_use(sb: strata.Sandbox) -> bytes:

@@ -102,6 +102,21 @@ _Mechanism = Literal[
 ]
 _EgressRefusal = Literal["policy", "bad_request", "unresolvable", "connect_failed", "budget"]
 
+class _Secret(TypedDict):
+    """A secret for ``Caps(secrets=[...])``: the tool's variable ``env`` holds a per-run
+    placeholder; the egress proxy sends ``value`` in its place, in request headers to
+    ``hosts`` only (names or ``*.domain`` wildcards). Needs a network allowlist."""
+
+    env: str
+    value: str
+    hosts: List[str]
+
+class _SecretInfo(TypedDict):
+    """A secret as ``Caps.secrets`` gives it back: never the value."""
+
+    env: str
+    hosts: List[str]
+
 class _EgressDecision(TypedDict):
     """One allow or deny decision of the egress enforcement (``Receipt.network``)."""
 
@@ -113,6 +128,7 @@ class _EgressDecision(TypedDict):
     refusal: NotRequired[_EgressRefusal]
     limit: NotRequired[_LimitKind]
     reason: NotRequired[str]
+    secrets: NotRequired[List[str]]
 
 class _NetworkReceipt(TypedDict):
     """What the egress enforcement of a run under a network allowlist decided."""
@@ -213,6 +229,7 @@ class Caps:
         stdin: Union[str, bytes, bytearray, None] = ...,
         workdir: Optional[_Path] = ...,
         agent: Optional[str] = ...,
+        secrets: Optional[Sequence[_Secret]] = ...,
         system: _SystemDirs = ...,
         cpus: float = ...,
         egress_bytes: _Size = ...,
@@ -263,6 +280,8 @@ class Caps:
     def stdin(self) -> bytes: ...
     @property
     def agent(self) -> Optional[str]: ...
+    @property
+    def secrets(self) -> List[_SecretInfo]: ...
     @property
     def workdir(self) -> Optional[str]: ...
     @property
