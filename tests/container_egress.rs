@@ -22,32 +22,40 @@ fn native_container_reaches_only_the_allowed_host_through_the_proxy() {
         return;
     }
     let up = Upstream::start();
-    let rule: NetRule = format!("{}:{HTTP_PORT}", up.name).parse().expect("rule");
-    let caps = caps(&images().python_oci(), ContainerRuntime::Native).net(Net::Allow(vec![rule]));
+    let rules: Vec<NetRule> = [HTTP_PORT, egress_common::HTTPS_PORT]
+        .iter()
+        .map(|port| format!("{}:{port}", up.name).parse().expect("rule"))
+        .collect();
+    let caps = caps(&images().python_oci(), ContainerRuntime::Native).net(Net::Allow(rules));
     // The image's busybox wget follows http_proxy (with the run's credential); its
     // python3-minimal tries a direct connection.
     let script = format!(
-        "wget -q -O - {ok}; echo; wget -q -O - http://example.com/ 2>&1 || echo refused; \
+        "wget -q -O - {ok}; echo; wget -q -O - {tls}; echo; wget -q -O - http://example.com/ 2>&1 || echo refused; \
          python3 -c 'import socket; s = socket.socket(); s.settimeout(5)\n\
          try:\n    s.connect((\"{ip}\", {HTTP_PORT})); print(\"direct connected\")\n\
          except OSError as err:\n    print(\"direct\", err.errno)'",
         ok = up.http_url("hello"),
+        tls = up.https_url("hello"),
         ip = up.ip,
     );
     let out = run(&Tool::command(["/bin/sh", "-c", &script]), &caps);
     let text = stdout(&out);
-    assert!(
-        text.contains(HELLO),
-        "{text}\n{}",
+    assert_eq!(
+        text.matches(HELLO).count(),
+        2,
+        "HTTP and HTTPS (the proxy speaks TLS for an absolute https:// URI): {text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("refused"), "{text}");
     assert!(text.contains("direct 101"), "ENETUNREACH expected: {text}");
     assert!(out.receipt.has_kind(Capability::Net, Mechanism::Proxy));
     let net = out.receipt.network.as_ref().expect("network receipt");
-    assert!(net.decisions[0].allowed, "{net:?}");
-    assert_eq!(net.decisions[1].host, "example.com");
-    assert_eq!(net.decisions[1].refusal, Some(EgressRefusal::Policy));
+    assert!(
+        net.decisions[0].allowed && net.decisions[1].allowed,
+        "{net:?}"
+    );
+    assert_eq!(net.decisions[2].host, "example.com");
+    assert_eq!(net.decisions[2].refusal, Some(EgressRefusal::Policy));
 }
 
 #[test]

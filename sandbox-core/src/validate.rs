@@ -111,6 +111,20 @@ pub(crate) fn caps(caps: &Caps) -> Result<()> {
     Ok(())
 }
 
+/// Variables Strata sets for every run or for runs with secrets (defaults, the run CA's
+/// trust): a secret's placeholder may not take their place.
+const SET_BY_STRATA: [&str; 9] = [
+    "PATH",
+    "HOME",
+    "LANG",
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+];
+
 /// Secrets: only under a non-empty allowlist; a variable name of their own; a printable
 /// value; hosts in the allowlist's name syntax.
 fn secrets(caps: &Caps) -> Result<()> {
@@ -133,9 +147,12 @@ fn secrets(caps: &Caps) -> Result<()> {
                 "secret variable name {name:?} is invalid: use letters, digits and '_', not starting with a digit"
             )));
         }
-        if caps.env.contains_key(name) || crate::egress::PROXY_VARIABLES.contains(&name.as_str()) {
+        if caps.env.contains_key(name)
+            || crate::egress::PROXY_VARIABLES.contains(&name.as_str())
+            || SET_BY_STRATA.contains(&name.as_str())
+        {
             return Err(Error::invalid(format!(
-                "secret variable {name} would replace another variable (caps env or a proxy variable)"
+                "secret variable {name} would replace another variable (caps env, a proxy variable, or one Strata sets: PATH, HOME, LANG, the CA trust variables)"
             )));
         }
         if !names.insert(name) {
