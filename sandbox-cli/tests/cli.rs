@@ -249,7 +249,16 @@ fn bad_arguments_exit_2_with_one_line_and_run_nothing() {
 
 #[test]
 fn unavailable_backend_is_refused_with_125() {
-    let out = strata(&["run", "--backend", "microvm", "--", "true"]);
+    // The microvm guest has no python3 yet: refused before anything boots.
+    let out = strata(&[
+        "run",
+        "--backend",
+        "microvm",
+        "--script",
+        "python",
+        "--",
+        "print(1)",
+    ]);
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("microvm"),

@@ -248,7 +248,7 @@ impl Decoder {
     ///
     /// # Errors
     /// [`ProtocolError`] when the next frame is too large or not a valid `T`.
-    pub fn next<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, ProtocolError> {
+    pub fn next_msg<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, ProtocolError> {
         let Some(head) = self.buf.get(..4) else {
             return Ok(None);
         };
@@ -324,7 +324,7 @@ mod tests {
             let mut got = Vec::new();
             for part in [&wire[..split], &wire[split..]] {
                 d.feed(part);
-                while let Some(m) = d.next::<HostMsg>().expect("decode") {
+                while let Some(m) = d.next_msg::<HostMsg>().expect("decode") {
                     got.push(m);
                 }
             }
@@ -338,7 +338,7 @@ mod tests {
         let mut d = Decoder::new();
         d.feed(&u32::MAX.to_be_bytes());
         assert!(matches!(
-            d.next::<AgentMsg>(),
+            d.next_msg::<AgentMsg>(),
             Err(ProtocolError::TooLarge { .. })
         ));
     }
@@ -355,7 +355,10 @@ mod tests {
             let mut d = Decoder::new();
             d.feed(&frame);
             assert!(
-                matches!(d.next::<HostMsg>(), Err(ProtocolError::BadMessage { .. })),
+                matches!(
+                    d.next_msg::<HostMsg>(),
+                    Err(ProtocolError::BadMessage { .. })
+                ),
                 "{json}"
             );
         }

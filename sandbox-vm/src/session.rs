@@ -70,27 +70,27 @@ fn drive(
             .map_err(|e| Error::setup("microvm: agent channel", e))?,
     )?;
     let ready_deadline = started + ready_timeout;
-    let kernel = loop {
-        match chan.recv(vm, ready_deadline, ctx)? {
-            Recv::Msg(AgentMsg::Ready { version, kernel }) => {
-                if version != PROTOCOL_VERSION {
-                    return Err(Error::Internal {
-                        message: format!("microvm: guest agent speaks protocol {version}, host {PROTOCOL_VERSION} (rebuild the agent)"),
-                        source: None,
-                    });
-                }
-                break kernel;
-            }
-            Recv::Msg(other) => return Err(unexpected(&other)),
-            Recv::Deadline => {
-                return Err(Error::setup(
-                    format!(
-                        "microvm: the guest agent was not ready within {} s",
-                        ready_timeout.as_secs()
+    let kernel = match chan.recv(vm, ready_deadline, ctx)? {
+        Recv::Msg(AgentMsg::Ready { version, kernel }) => {
+            if version != PROTOCOL_VERSION {
+                return Err(Error::Internal {
+                    message: format!(
+                        "microvm: guest agent speaks protocol {version}, host {PROTOCOL_VERSION} (rebuild the agent)"
                     ),
-                    std::io::Error::new(IoKind::TimedOut, vm.console_tail()),
-                ))
+                    source: None,
+                });
             }
+            kernel
+        }
+        Recv::Msg(other) => return Err(unexpected(&other)),
+        Recv::Deadline => {
+            return Err(Error::setup(
+                format!(
+                    "microvm: the guest agent was not ready within {} s",
+                    ready_timeout.as_secs()
+                ),
+                std::io::Error::new(IoKind::TimedOut, vm.console_tail()),
+            ))
         }
     };
     let boot = started.elapsed();
@@ -181,7 +181,7 @@ impl Channel {
     ) -> Result<Recv> {
         let mut buf = [0u8; 64 * 1024];
         loop {
-            match self.decoder.next::<AgentMsg>() {
+            match self.decoder.next_msg::<AgentMsg>() {
                 Ok(Some(msg)) => return Ok(Recv::Msg(msg)),
                 Ok(None) => {}
                 Err(e) => {

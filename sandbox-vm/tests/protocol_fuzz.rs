@@ -33,13 +33,13 @@ fn drain_all(bytes: &[u8], split: usize) {
         agent.feed(part);
         // Decode until more bytes are needed or an error (then the stream is dropped).
         for _ in 0..bytes.len() + 1 {
-            match host.next::<AgentMsg>() {
+            match host.next_msg::<AgentMsg>() {
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             }
         }
         for _ in 0..bytes.len() + 1 {
-            match agent.next::<HostMsg>() {
+            match agent.next_msg::<HostMsg>() {
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             }
@@ -75,6 +75,6 @@ proptest! {
     fn lengths_over_the_limit_are_refused(len in (MAX_FRAME as u32 + 1)..=u32::MAX) {
         let mut d = Decoder::new();
         d.feed(&len.to_be_bytes());
-        prop_assert!(d.next::<HostMsg>().is_err());
+        prop_assert!(d.next_msg::<HostMsg>().is_err());
     }
 }

@@ -102,7 +102,7 @@ fn find_port(timeout: Duration) -> Option<PathBuf> {
 fn read_msg(reader: &mut File, decoder: &mut Decoder) -> Option<HostMsg> {
     let mut buf = [0u8; 64 * 1024];
     loop {
-        match decoder.next::<HostMsg>() {
+        match decoder.next_msg::<HostMsg>() {
             Ok(Some(msg)) => return Some(msg),
             Ok(None) => {}
             Err(e) => {
