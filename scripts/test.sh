@@ -22,6 +22,7 @@ cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 section "rust: build"
 cargo build --release --workspace --bins --quiet
 
+scripts/build-vm-guest.sh  # microVM guest: Debian cloud kernel + initramfs (and qemu-system-x86), cached under .ci/cache/vm
 scripts/fetch-wasm-interpreters.sh  # WASI Python/JS interpreters (PyPI) for the wasm backend's tests
 section "rust: tests"
 cargo test --release --workspace 2>&1 | tee target/cargo-test.log

@@ -24,7 +24,8 @@
 //! images natively on the process sandbox or on a Docker/Podman engine, see
 //! [`ContainerSpec`]; crate `sandbox-container`), `wasm` (wasmtime; crate `sandbox-wasm`).
 //! A backend that is not compiled in is reported as [`Error::BackendUnavailable`]
-//! naming its feature. The microVM backend is reported as unavailable until it is built.
+//! naming its feature. The microVM backend (crate `sandbox-vm`, always built: it has no heavy
+//! dependencies) boots a fresh QEMU `microvm` guest per run; see [`MicrovmBackend`].
 //!
 //! [`Sandbox`] is the entry point; [`ProcessBackend`] and [`ContainerBackend`] are
 //! re-exported for embedders that drive a backend through the [`Backend`] trait directly.
@@ -54,6 +55,7 @@ pub use sandbox_core::{names, schema};
 pub use sandbox_container::ContainerBackend;
 #[cfg(feature = "process")]
 pub use sandbox_os::{find_helper, IdRange, PoolSize, PoolStats, ProcessBackend, HELPER_NAME};
+pub use sandbox_vm::MicrovmBackend;
 /// The wasm backend crate (its configuration, layering, interpreter locations).
 #[cfg(feature = "wasm")]
 pub use sandbox_wasm;

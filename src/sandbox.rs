@@ -158,6 +158,7 @@ impl SandboxBuilder {
                 wasm: OnceLock::new(),
                 #[cfg(feature = "container")]
                 container: OnceLock::new(),
+                microvm: OnceLock::new(),
             }),
         })
     }
@@ -167,6 +168,7 @@ fn compiled_in(kind: BackendKind) -> bool {
     (kind == BackendKind::Process && cfg!(feature = "process"))
         || (kind == BackendKind::Container && cfg!(feature = "container"))
         || (kind == BackendKind::Wasm && cfg!(feature = "wasm"))
+        || kind == BackendKind::Microvm
 }
 
 fn not_built_reason(kind: BackendKind) -> String {
@@ -199,6 +201,7 @@ struct Inner {
     wasm: OnceLock<Arc<dyn Backend>>,
     #[cfg(feature = "container")]
     container: OnceLock<Arc<dyn Backend>>,
+    microvm: OnceLock<Arc<dyn Backend>>,
 }
 
 /// A handle that runs tools in sandboxes. Cheap to clone and safe to share across threads;
@@ -295,6 +298,11 @@ impl Sandbox {
                     self.process_backend(),
                 ))
             }))),
+            BackendKind::Microvm => {
+                Ok(Arc::clone(self.inner.microvm.get_or_init(|| {
+                    Arc::new(sandbox_vm::MicrovmBackend::new())
+                })))
+            }
             other => Err(Error::unavailable(other, not_built_reason(other))),
         }
     }

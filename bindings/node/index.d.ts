@@ -379,6 +379,7 @@ export type Mechanism =
   | 'runtime'
   | 'wasm'
   | 'proxy'
+  | 'vm'
 
 /**
  * Why the egress enforcement refused a connection: no rule admits it or its address is in an

@@ -345,6 +345,9 @@ pub enum Mechanism {
     Wasm,
     /// Strata's host-side egress proxy: allowlist, address pinning, budgets.
     Proxy,
+    /// A virtual machine: the tool runs on its own guest kernel (QEMU microvm), with guest
+    /// RAM and vCPUs as limits and no device the VM was not given.
+    Vm,
 }
 
 impl Mechanism {
@@ -368,6 +371,7 @@ impl Mechanism {
             Mechanism::Runtime => "runtime",
             Mechanism::Wasm => "wasm",
             Mechanism::Proxy => "proxy",
+            Mechanism::Vm => "vm",
         }
     }
 }

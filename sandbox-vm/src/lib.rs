@@ -1,38 +1,27 @@
-//! Strata's microVM backend (QEMU `microvm`, Firecracker).
+//! Strata's microVM backend: a guest kernel per sandbox.
 //!
-//! Not implemented yet: [`MicrovmBackend::run`] returns
-//! [`sandbox_core::Error::BackendUnavailable`] so nothing pretends to be sandboxed.
+//! [`MicrovmBackend`] boots Debian's cloud kernel with Strata's initramfs under QEMU
+//! `-M microvm` (KVM where a probe shows it really boots a guest, TCG otherwise), runs the
+//! tool through `strata-guest-agent` over virtio-serial ([`protocol`]), and switches the VM
+//! off at the end of the run. The VMM sits behind the [`Vmm`] trait so Firecracker can be
+//! a second implementation where KVM works.
+//!
+//! Module map: [`protocol`] (frames, messages, decoder), [`vmm`] (the VMM seam),
+//! [`qemu`] (QEMU microvm), [`initramfs`] (the agent's cpio segment), [`artifacts`]
+//! (locating kernel, initramfs, agent), [`probe`] (KVM or TCG), [`session`] (one run in
+//! one VM), `backend` ([`MicrovmBackend`]).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-use sandbox_core::{
-    Backend, BackendKind, BackendReport, Caps, Error, Result, RunContext, RunOutput, Tool,
-};
+pub mod artifacts;
+mod backend;
+pub mod initramfs;
+pub mod probe;
+pub mod protocol;
+pub mod qemu;
+pub mod session;
+pub mod vmm;
 
-/// The microVM backend.
-#[derive(Debug, Default)]
-pub struct MicrovmBackend {}
-
-impl MicrovmBackend {
-    /// Creates the backend.
-    pub fn new() -> Self {
-        MicrovmBackend {}
-    }
-}
-
-const NOT_BUILT: &str = "the microvm backend is not implemented in this build";
-
-impl Backend for MicrovmBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Microvm
-    }
-
-    fn run(&self, _tool: &Tool, _caps: &Caps, _ctx: &RunContext) -> Result<RunOutput> {
-        Err(Error::unavailable(BackendKind::Microvm, NOT_BUILT))
-    }
-
-    fn report(&self) -> BackendReport {
-        BackendReport::unavailable(BackendKind::Microvm, NOT_BUILT)
-    }
-}
+pub use backend::{MicrovmBackend, DEFAULT_CONSOLE_CAP, DEFAULT_READY_TIMEOUT, MIN_GUEST_MIB};
+pub use vmm::{Accel, VmConfig, VmInstance, Vmm};

@@ -137,8 +137,11 @@ describe('other refusals carry their own code', () => {
     assert.match(error.guarantee, /net/)
   })
 
-  test('a backend that is not built: backend_unavailable', async (t) => {
-    const error = await refusedAndNothingRan(t, 'backend_unavailable', () => new Sandbox({ backend: 'microvm' }))
+  test('a tool the backend cannot run here: backend_unavailable', async (t) => {
+    // The microvm guest has no python3 yet: refused before anything boots.
+    const error = await refusedAndNothingRan(t, 'backend_unavailable', () =>
+      new Sandbox({ backend: 'microvm' }).run(Tool.script('python', 'print(1)'), {}),
+    )
     assert.ok(error instanceof strata.BackendUnavailableError)
     assert.equal(error.backend, 'microvm')
   })

@@ -99,6 +99,7 @@ _Mechanism = Literal[
     "runtime",
     "wasm",
     "proxy",
+    "vm",
 ]
 _EgressRefusal = Literal["policy", "bad_request", "unresolvable", "connect_failed", "budget"]
 

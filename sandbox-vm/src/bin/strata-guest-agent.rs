@@ -1,0 +1,416 @@
+//! Strata's guest agent: PID 1's successor inside the microVM (`/init` execs it).
+//!
+//! It opens the virtio-serial port named `org.strata.agent`, says [`AgentMsg::Ready`],
+//! checks the host's [`HostMsg::Hello`] version, and runs one [`RunRequest`]: host entropy
+//! mixed into the guest RNG and a forced reseed first, then the command with exactly the
+//! given environment, rlimits and working directory, in its own process group, stdin fed
+//! from the host's chunks, stdout and stderr forwarded up to the output cap, the wall-clock
+//! limit enforced here too (the host kills the whole VM a little later regardless). Then it
+//! reports [`AgentMsg::Exit`] and waits to be switched off.
+//!
+//! Linux only; runs as root in the guest.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sandbox_vm::protocol::{
+    encode, AgentMsg, Decoder, GuestExit, GuestLimit, GuestRlimits, HostMsg, OutStream, RunRequest,
+    PORT_NAME, PROTOCOL_VERSION,
+};
+
+/// `_IO('R', 0x07)`: reseed the kernel's CRNG from its input pool now (root only).
+const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
+
+type Port = Arc<Mutex<File>>;
+
+fn main() {
+    let port_path = match find_port(Duration::from_secs(10)) {
+        Some(path) => path,
+        None => fatal(&format!("no virtio-serial port named {PORT_NAME}")),
+    };
+    let port = match OpenOptions::new().read(true).write(true).open(&port_path) {
+        Ok(file) => file,
+        Err(e) => fatal(&format!("open {}: {e}", port_path.display())),
+    };
+    let mut reader = match port.try_clone() {
+        Ok(file) => file,
+        Err(e) => fatal(&format!("dup port: {e}")),
+    };
+    let port: Port = Arc::new(Mutex::new(port));
+    let kernel = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    send(
+        &port,
+        &AgentMsg::Ready {
+            version: PROTOCOL_VERSION,
+            kernel,
+        },
+    );
+    let mut decoder = Decoder::new();
+    let mut next = || read_msg(&mut reader, &mut decoder);
+    match next() {
+        Some(HostMsg::Hello { version }) if version == PROTOCOL_VERSION => {}
+        Some(HostMsg::Hello { version }) => refuse(
+            &port,
+            &format!("protocol version {version} not supported (agent speaks {PROTOCOL_VERSION})"),
+        ),
+        other => refuse(&port, &format!("expected hello, got {other:?}")),
+    }
+    let request = match next() {
+        Some(HostMsg::Run(request)) => request,
+        other => refuse(&port, &format!("expected run, got {other:?}")),
+    };
+    reseed(&request.entropy);
+    let status = run(&port, request, reader, decoder);
+    send(&port, &AgentMsg::Exit { status });
+    // The host switches the VM off; PID 1 must not exit (that would panic the kernel).
+    loop {
+        thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// `/dev/vportNpM` whose sysfs `name` is [`PORT_NAME`], waiting for the device node.
+fn find_port(timeout: Duration) -> Option<PathBuf> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(entries) = std::fs::read_dir("/sys/class/virtio-ports") {
+            for entry in entries.flatten() {
+                let name = std::fs::read_to_string(entry.path().join("name")).unwrap_or_default();
+                let dev = PathBuf::from("/dev").join(entry.file_name());
+                if name.trim() == PORT_NAME && dev.exists() {
+                    return Some(dev);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn read_msg(reader: &mut File, decoder: &mut Decoder) -> Option<HostMsg> {
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match decoder.next_msg::<HostMsg>() {
+            Ok(Some(msg)) => return Some(msg),
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("strata-guest-agent: {e}");
+                return None;
+            }
+        }
+        match reader.read(&mut buf) {
+            Ok(0) => return None,
+            Ok(n) => decoder.feed(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+fn send(port: &Port, msg: &AgentMsg) {
+    let frame = match encode(msg) {
+        Ok(frame) => frame,
+        Err(e) => {
+            eprintln!("strata-guest-agent: {e}");
+            return;
+        }
+    };
+    let mut guard = match port.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let _ = guard.write_all(&frame);
+}
+
+fn refuse(port: &Port, message: &str) -> ! {
+    send(
+        port,
+        &AgentMsg::Error {
+            message: message.to_string(),
+        },
+    );
+    loop {
+        thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn fatal(message: &str) -> ! {
+    eprintln!("strata-guest-agent: {message}");
+    loop {
+        thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// Mixes the host's bytes into the input pool (a write to `/dev/urandom`), then forces the
+/// CRNG to reseed from it, so guests restored from one snapshot diverge before any tool
+/// reads randomness.
+fn reseed(entropy: &[u8]) {
+    let Ok(mut urandom) = OpenOptions::new().write(true).open("/dev/urandom") else {
+        eprintln!("strata-guest-agent: cannot open /dev/urandom");
+        return;
+    };
+    let _ = urandom.write_all(entropy);
+    use std::os::fd::AsRawFd;
+    // SAFETY: RNDRESEEDCRNG takes no argument; the descriptor is open for the whole call.
+    let rc = unsafe { libc::ioctl(urandom.as_raw_fd(), RNDRESEEDCRNG) };
+    if rc != 0 {
+        eprintln!(
+            "strata-guest-agent: RNDRESEEDCRNG: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+struct Flags {
+    killed: AtomicBool,
+    output: AtomicBool,
+    wall: AtomicBool,
+}
+
+fn kill_group(pgid: u32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pgid as i32) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+fn run(port: &Port, req: RunRequest, reader: File, decoder: Decoder) -> GuestExit {
+    let Some((program, args)) = req.argv.split_first() else {
+        return GuestExit::SpawnFailed {
+            errno: libc::EINVAL,
+            message: "empty argv".into(),
+        };
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(&req.env)
+        .current_dir(&req.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let limits = req.rlimits;
+    // SAFETY: the closure runs between fork and exec; it only makes setrlimit system
+    // calls (async-signal-safe) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || set_rlimits(limits));
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return GuestExit::SpawnFailed {
+                errno: e.raw_os_error().unwrap_or(0),
+                message: e.to_string(),
+            }
+        }
+    };
+    let pgid = child.id();
+    let flags = Arc::new(Flags {
+        killed: AtomicBool::new(false),
+        output: AtomicBool::new(false),
+        wall: AtomicBool::new(false),
+    });
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let mut forwarders = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        forwarders.push(forward(
+            out,
+            OutStream::Stdout,
+            port,
+            &req,
+            &flags,
+            pgid,
+            &done_tx,
+        ));
+    }
+    if let Some(err) = child.stderr.take() {
+        forwarders.push(forward(
+            err,
+            OutStream::Stderr,
+            port,
+            &req,
+            &flags,
+            pgid,
+            &done_tx,
+        ));
+    }
+    drop(done_tx);
+    let stdin = child.stdin.take();
+    listen_host(reader, decoder, stdin, Arc::clone(&flags), pgid);
+    let status = wait_with_deadline(
+        &mut child,
+        Duration::from_millis(req.timeout_ms),
+        &flags,
+        pgid,
+    );
+    // Stragglers in the group would hold the pipes open.
+    kill_group(pgid);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut open = forwarders.len();
+    while open > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(left) {
+            Ok(()) => open -= 1,
+            Err(_) => break,
+        }
+    }
+    if flags.killed.load(Ordering::SeqCst) {
+        GuestExit::Killed
+    } else if flags.output.load(Ordering::SeqCst) {
+        GuestExit::Limit {
+            limit: GuestLimit::Output,
+        }
+    } else if flags.wall.load(Ordering::SeqCst) {
+        GuestExit::Limit {
+            limit: GuestLimit::Wall,
+        }
+    } else {
+        match status {
+            Some(status) => match (status.code(), status.signal()) {
+                (Some(code), _) => GuestExit::Exited { code },
+                (None, Some(signal)) => GuestExit::Signaled { signal },
+                (None, None) => GuestExit::Exited { code: -1 },
+            },
+            None => GuestExit::Exited { code: -1 },
+        }
+    }
+}
+
+fn set_rlimits(limits: GuestRlimits) -> std::io::Result<()> {
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    let pairs = [
+        (Resource::Cpu, limits.cpu_seconds),
+        (Resource::Fsize, limits.file_size),
+        (Resource::Nofile, limits.open_files),
+    ];
+    for (resource, value) in pairs {
+        if value == 0 {
+            continue;
+        }
+        let limit = Rlimit {
+            current: Some(value),
+            maximum: Some(value),
+        };
+        setrlimit(resource, limit).map_err(std::io::Error::from)?;
+    }
+    Ok(())
+}
+
+fn forward(
+    mut from: impl Read + Send + 'static,
+    stream: OutStream,
+    port: &Port,
+    req: &RunRequest,
+    flags: &Arc<Flags>,
+    pgid: u32,
+    done: &mpsc::Sender<()>,
+) -> thread::JoinHandle<()> {
+    let port = Arc::clone(port);
+    let flags = Arc::clone(flags);
+    let cap = req.output_cap;
+    let done = done.clone();
+    thread::spawn(move || {
+        let mut sent: u64 = 0;
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            let room = cap.saturating_sub(sent);
+            let take = (n as u64).min(room) as usize;
+            if take > 0 {
+                send(
+                    &port,
+                    &AgentMsg::Output {
+                        stream,
+                        data: buf[..take].to_vec(),
+                    },
+                );
+                sent += take as u64;
+            }
+            if take < n {
+                flags.output.store(true, Ordering::SeqCst);
+                kill_group(pgid);
+                break;
+            }
+        }
+        let _ = done.send(());
+    })
+}
+
+/// Reads the host's stdin chunks and kill requests while the tool runs.
+fn listen_host(
+    mut reader: File,
+    mut decoder: Decoder,
+    stdin: Option<std::process::ChildStdin>,
+    flags: Arc<Flags>,
+    pgid: u32,
+) {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    if let Some(mut stdin) = stdin {
+        thread::spawn(move || {
+            for chunk in rx {
+                if stdin.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    thread::spawn(move || {
+        let mut tx = Some(tx);
+        while let Some(msg) = read_msg(&mut reader, &mut decoder) {
+            match msg {
+                HostMsg::Stdin { data } => {
+                    if let Some(tx) = &tx {
+                        let _ = tx.send(data);
+                    }
+                }
+                HostMsg::StdinEnd => tx = None,
+                HostMsg::Kill => {
+                    flags.killed.store(true, Ordering::SeqCst);
+                    kill_group(pgid);
+                }
+                HostMsg::Hello { .. } | HostMsg::Run(_) => {}
+            }
+        }
+    });
+}
+
+fn wait_with_deadline(
+    child: &mut Child,
+    timeout: Duration,
+    flags: &Flags,
+    pgid: u32,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        if Instant::now() >= deadline {
+            flags.wall.store(true, Ordering::SeqCst);
+            kill_group(pgid);
+            return child.wait().ok();
+        }
+        thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,366 @@
+//! The host ↔ guest-agent protocol, spoken over the virtio-serial port
+//! `org.strata.agent`.
+//!
+//! A frame is a big-endian `u32` payload length followed by that many bytes of JSON (one
+//! [`HostMsg`] or [`AgentMsg`]). Payloads larger than [`MAX_FRAME`] are refused by both
+//! sides. Byte strings (stdin, output, entropy) travel as base64 text.
+//!
+//! A conversation: the agent sends [`AgentMsg::Ready`] once its port is open; the host sends
+//! [`HostMsg::Hello`] (the protocol version it speaks), then [`HostMsg::Run`], then the
+//! stdin bytes as [`HostMsg::Stdin`] chunks and [`HostMsg::StdinEnd`]; it may send
+//! [`HostMsg::Kill`] at any time. The agent answers with [`AgentMsg::Output`] chunks and
+//! one [`AgentMsg::Exit`], or [`AgentMsg::Error`] when it refuses (version mismatch, a
+//! malformed frame).
+//!
+//! [`Decoder`] never panics, whatever bytes it is fed (a property test feeds it random and
+//! mutated input): a bad frame is a [`ProtocolError`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this build speaks. Host and agent refuse any other.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest payload of one frame: 1 MiB.
+pub const MAX_FRAME: usize = 1024 * 1024;
+
+/// Stdin and output travel in chunks of at most this many bytes (well under
+/// [`MAX_FRAME`] once base64-encoded).
+pub const CHUNK: usize = 256 * 1024;
+
+/// The name of the virtio-serial port the agent talks on.
+pub const PORT_NAME: &str = "org.strata.agent";
+
+/// A message from the host to the agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum HostMsg {
+    /// The host's protocol version; the agent refuses a mismatch.
+    Hello {
+        /// [`PROTOCOL_VERSION`] of the host.
+        version: u32,
+    },
+    /// Run one command.
+    Run(RunRequest),
+    /// A chunk of the tool's standard input.
+    Stdin {
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// End of the tool's standard input.
+    StdinEnd,
+    /// Kill the tool's process group now.
+    Kill,
+}
+
+/// What the agent runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// Program and arguments (`argv[0]` is looked up in `PATH` of `env` when it has no `/`).
+    pub argv: Vec<String>,
+    /// The whole environment of the tool.
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the guest.
+    pub cwd: String,
+    /// Wall-clock limit of the tool in milliseconds, from its start.
+    pub timeout_ms: u64,
+    /// Bytes forwarded per stream; more ends the run with the output limit.
+    pub output_cap: u64,
+    /// Host randomness mixed into the guest RNG (followed by a reseed) before the tool
+    /// starts.
+    #[serde(with = "b64")]
+    pub entropy: Vec<u8>,
+    /// Per-process limits set in the guest before the tool starts.
+    pub rlimits: GuestRlimits,
+}
+
+/// Resource limits the agent applies with `setrlimit` (inherited by the tool).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestRlimits {
+    /// `RLIMIT_CPU` in seconds.
+    pub cpu_seconds: u64,
+    /// `RLIMIT_FSIZE` in bytes.
+    pub file_size: u64,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: u64,
+}
+
+/// Which output stream a chunk belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// A message from the agent to the host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AgentMsg {
+    /// The agent is up and listening.
+    Ready {
+        /// [`PROTOCOL_VERSION`] of the agent.
+        version: u32,
+        /// The guest kernel release (`uname -r`).
+        kernel: String,
+    },
+    /// A chunk of the tool's output.
+    Output {
+        /// The stream.
+        stream: OutStream,
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// The tool ended.
+    Exit {
+        /// How.
+        status: GuestExit,
+    },
+    /// The agent refused or failed; nothing more follows.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// How the tool ended, as the agent saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GuestExit {
+    /// Exited with a code.
+    Exited {
+        /// The code.
+        code: i32,
+    },
+    /// Killed by a signal the agent did not send.
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+    /// The agent ended it for a limit.
+    Limit {
+        /// `wall` or `output`.
+        limit: GuestLimit,
+    },
+    /// Killed on the host's [`HostMsg::Kill`].
+    Killed,
+    /// The program could not be started.
+    SpawnFailed {
+        /// The OS error number.
+        errno: i32,
+        /// The OS error text.
+        message: String,
+    },
+}
+
+/// A limit the agent enforces itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestLimit {
+    /// The wall-clock timeout.
+    Wall,
+    /// The output cap.
+    Output,
+}
+
+/// Why bytes are not a valid frame.
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// The length prefix exceeds [`MAX_FRAME`].
+    TooLarge {
+        /// The announced length.
+        len: usize,
+    },
+    /// The payload is not a valid message.
+    BadMessage {
+        /// The JSON error.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtocolError::TooLarge { len } => {
+                write!(f, "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit")
+            }
+            ProtocolError::BadMessage { reason } => write!(f, "malformed message: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// Encodes one message as a frame.
+///
+/// # Errors
+/// [`ProtocolError::TooLarge`] when the JSON exceeds [`MAX_FRAME`];
+/// [`ProtocolError::BadMessage`] if it cannot be serialized.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
+    let json = serde_json::to_vec(msg).map_err(|e| ProtocolError::BadMessage {
+        reason: e.to_string(),
+    })?;
+    if json.len() > MAX_FRAME {
+        return Err(ProtocolError::TooLarge { len: json.len() });
+    }
+    let len = u32::try_from(json.len()).map_err(|_| ProtocolError::TooLarge { len: json.len() })?;
+    let mut frame = Vec::with_capacity(4 + json.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&json);
+    Ok(frame)
+}
+
+/// An incremental frame decoder: feed it bytes as they arrive, take whole messages out.
+///
+/// It holds at most one partial frame (≤ 4 + [`MAX_FRAME`] bytes) plus what was fed and
+/// not yet taken. After an error the stream is out of sync; callers drop the connection.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+}
+
+impl Decoder {
+    /// An empty decoder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends received bytes.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes held and not yet decoded.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next whole message, `Ok(None)` if more bytes are needed.
+    ///
+    /// # Errors
+    /// [`ProtocolError`] when the next frame is too large or not a valid `T`.
+    pub fn next_msg<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, ProtocolError> {
+        let Some(head) = self.buf.get(..4) else {
+            return Ok(None);
+        };
+        let mut len_bytes = [0u8; 4];
+        len_bytes.copy_from_slice(head);
+        let len = u32::from_be_bytes(len_bytes) as usize;
+        if len > MAX_FRAME {
+            return Err(ProtocolError::TooLarge { len });
+        }
+        let Some(payload) = self.buf.get(4..4 + len) else {
+            return Ok(None);
+        };
+        let parsed = serde_json::from_slice::<T>(payload);
+        self.buf.drain(..4 + len);
+        parsed.map(Some).map_err(|e| ProtocolError::BadMessage {
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// Serde adapter: bytes as standard base64 text.
+mod b64 {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_run() -> HostMsg {
+        HostMsg::Run(RunRequest {
+            argv: vec!["/bin/sh".into(), "-c".into(), "echo hi".into()],
+            env: BTreeMap::from([("PATH".into(), "/bin".into())]),
+            cwd: "/tmp".into(),
+            timeout_ms: 1000,
+            output_cap: 1 << 20,
+            entropy: vec![1, 2, 3, 255],
+            rlimits: GuestRlimits::default(),
+        })
+    }
+
+    #[test]
+    fn round_trips_split_at_every_byte() {
+        let msgs = vec![
+            HostMsg::Hello {
+                version: PROTOCOL_VERSION,
+            },
+            sample_run(),
+            HostMsg::Stdin {
+                data: b"\x00\xffdata".to_vec(),
+            },
+            HostMsg::StdinEnd,
+            HostMsg::Kill,
+        ];
+        let mut wire = Vec::new();
+        for m in &msgs {
+            wire.extend(encode(m).expect("encode"));
+        }
+        for split in 0..wire.len() {
+            let mut d = Decoder::new();
+            let mut got = Vec::new();
+            for part in [&wire[..split], &wire[split..]] {
+                d.feed(part);
+                while let Some(m) = d.next_msg::<HostMsg>().expect("decode") {
+                    got.push(m);
+                }
+            }
+            assert_eq!(got, msgs);
+            assert_eq!(d.pending(), 0);
+        }
+    }
+
+    #[test]
+    fn oversized_length_is_refused_before_buffering() {
+        let mut d = Decoder::new();
+        d.feed(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            d.next_msg::<AgentMsg>(),
+            Err(ProtocolError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_fields_and_types_are_refused() {
+        for json in [
+            r#"{"type":"hello","version":1,"extra":1}"#,
+            r#"{"type":"format_disk"}"#,
+            r#"{"type":"hello"}"#,
+        ] {
+            let mut frame = (json.len() as u32).to_be_bytes().to_vec();
+            frame.extend_from_slice(json.as_bytes());
+            let mut d = Decoder::new();
+            d.feed(&frame);
+            assert!(
+                matches!(
+                    d.next_msg::<HostMsg>(),
+                    Err(ProtocolError::BadMessage { .. })
+                ),
+                "{json}"
+            );
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! QEMU `-M microvm` as a [`Vmm`].
+//!
+//! Command line: `-M microvm,accel=<tcg|kvm> -cpu max|host -m <MiB> -smp <n> -nodefaults
+//! -no-user-config -nographic -no-reboot`, the kernel with `console=ttyS0 tsc=reliable
+//! no_timer_check tsc_early_khz=<host kHz> panic=-1 quiet` (microvm has no PIT or HPET: without
+//! these the kernel hangs calibrating its clock), the serial console on QEMU's stdout (read by
+//! a host thread that keeps the tail), one virtio-serial port `org.strata.agent` on a Unix
+//! socket and QMP on another. Both sockets listen on the host side and QEMU connects to
+//! them at startup, so there is no polling for socket files. No network, block or other
+//! device exists.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sandbox_core::{Error, Result};
+
+use crate::protocol::PORT_NAME;
+use crate::vmm::{Accel, VmConfig, VmInstance, Vmm};
+
+/// How long QMP `quit` may take before the VMM is killed.
+const QUIT_GRACE: Duration = Duration::from_millis(500);
+
+/// QEMU's x86 system emulator driven as a microvm.
+#[derive(Clone, Debug)]
+pub struct Qemu {
+    binary: PathBuf,
+}
+
+impl Default for Qemu {
+    fn default() -> Self {
+        Qemu {
+            binary: PathBuf::from("qemu-system-x86_64"),
+        }
+    }
+}
+
+impl Qemu {
+    /// QEMU at `binary` (default: `qemu-system-x86_64` from `PATH`).
+    pub fn with_binary(binary: impl Into<PathBuf>) -> Self {
+        Qemu {
+            binary: binary.into(),
+        }
+    }
+
+    /// The binary this driver runs.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// The kernel command line for a guest on this host.
+    pub fn kernel_args() -> String {
+        let mut args = String::from("console=ttyS0 tsc=reliable no_timer_check");
+        if let Some(khz) = host_tsc_khz() {
+            args.push_str(&format!(" tsc_early_khz={khz}"));
+        }
+        args.push_str(" panic=-1 quiet");
+        args
+    }
+
+    fn command(&self, config: &VmConfig, agent_sock: &Path, qmp_sock: &Path) -> Command {
+        let mut cmd = Command::new(&self.binary);
+        let machine = format!("microvm,accel={}", config.accel.as_str());
+        let cpu = match config.accel {
+            Accel::Kvm => "host",
+            Accel::Tcg => "max",
+        };
+        cmd.args(["-M", &machine, "-cpu", cpu])
+            .args(["-m", &config.memory_mib.to_string()])
+            .args(["-smp", &config.vcpus.to_string()])
+            .args(["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"])
+            .args(["-serial", "stdio"])
+            .arg("-kernel")
+            .arg(&config.kernel)
+            .arg("-initrd")
+            .arg(&config.initrd)
+            .args(["-append", &Self::kernel_args()])
+            .args(["-device", "virtio-serial-device"])
+            .arg("-chardev")
+            .arg(format!("socket,id=agent,path={}", agent_sock.display()))
+            .args([
+                "-device",
+                &format!("virtserialport,chardev=agent,name={PORT_NAME}"),
+            ])
+            .arg("-chardev")
+            .arg(format!("socket,id=qmp,path={}", qmp_sock.display()))
+            .args(["-mon", "chardev=qmp,mode=control"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env_clear()
+            .process_group(0);
+        cmd
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+/// The host's TSC frequency in kHz, from `/proc/cpuinfo`'s first `cpu MHz` line (the
+/// guest's `tsc_early_khz`; without it one boot in a dozen hangs calibrating). `None` when
+/// not found.
+pub fn host_tsc_khz() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu MHz"))?;
+    let mhz: f64 = line.split(':').nth(1)?.trim().parse().ok()?;
+    (mhz > 0.0).then(|| (mhz * 1000.0).round() as u64)
+}
+
+impl Vmm for Qemu {
+    fn name(&self) -> &'static str {
+        "qemu microvm"
+    }
+
+    fn start(&self, config: &VmConfig) -> Result<Box<dyn VmInstance>> {
+        let agent_sock = config.dir.join("agent.sock");
+        let qmp_sock = config.dir.join("qmp.sock");
+        let agent_listener = UnixListener::bind(&agent_sock)
+            .map_err(|e| Error::setup("microvm: agent socket", e))?;
+        let qmp_listener =
+            UnixListener::bind(&qmp_sock).map_err(|e| Error::setup("microvm: QMP socket", e))?;
+        let mut child = self
+            .command(config, &agent_sock, &qmp_sock)
+            .spawn()
+            .map_err(|e| Error::setup(format!("microvm: starting {}", self.binary.display()), e))?;
+        let console = Arc::new(Mutex::new(Tail::new(config.console_cap)));
+        let stderr_tail = Arc::new(Mutex::new(Tail::new(16 * 1024)));
+        let mut drains = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            drains.push(drain(out, Arc::clone(&console)));
+        }
+        if let Some(err) = child.stderr.take() {
+            drains.push(drain(err, Arc::clone(&stderr_tail)));
+        }
+        let mut instance = QemuInstance {
+            child: Some(child),
+            agent: None,
+            qmp_listener,
+            console,
+            stderr_tail,
+            drains,
+        };
+        let agent = instance.accept(&agent_listener, config.connect_timeout)?;
+        instance.agent = Some(agent);
+        Ok(Box::new(instance))
+    }
+}
+
+/// A running QEMU; dropping it kills and reaps the process.
+struct QemuInstance {
+    child: Option<Child>,
+    agent: Option<UnixStream>,
+    qmp_listener: UnixListener,
+    console: Arc<Mutex<Tail>>,
+    stderr_tail: Arc<Mutex<Tail>>,
+    drains: Vec<thread::JoinHandle<()>>,
+}
+
+impl QemuInstance {
+    fn accept(&mut self, listener: &UnixListener, timeout: Duration) -> Result<UnixStream> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::setup("microvm: agent socket", e))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream
+                        .set_nonblocking(false)
+                        .map_err(|e| Error::setup("microvm: agent socket", e))?;
+                    return Ok(stream);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(Error::setup("microvm: agent socket", e)),
+            }
+            if self.exited() {
+                return Err(Error::setup(
+                    "microvm: QEMU exited before connecting the agent channel",
+                    std::io::Error::other(self.console_tail()),
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::setup(
+                    "microvm: QEMU did not connect the agent channel",
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, self.console_tail()),
+                ));
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// QMP: greeting, `qmp_capabilities`, `quit`. Best effort: any failure means a kill.
+    fn qmp_quit(&self) -> std::io::Result<()> {
+        self.qmp_listener.set_nonblocking(true)?;
+        let (stream, _) = self.qmp_listener.accept()?;
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(QUIT_GRACE))?;
+        stream.set_write_timeout(Some(QUIT_GRACE))?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut line = String::new();
+        reader.read_line(&mut line)?; // greeting
+        let mut writer = stream;
+        writer.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")?;
+        line.clear();
+        reader.read_line(&mut line)?;
+        writer.write_all(b"{\"execute\":\"quit\"}\n")?;
+        Ok(())
+    }
+}
+
+impl VmInstance for QemuInstance {
+    fn agent(&self) -> std::io::Result<UnixStream> {
+        match &self.agent {
+            Some(stream) => stream.try_clone(),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the agent channel is closed",
+            )),
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+
+    fn console_tail(&self) -> String {
+        let console = lock(&self.console).text();
+        let stderr = lock(&self.stderr_tail).text();
+        let mut out = String::new();
+        if !console.trim().is_empty() {
+            out.push_str("guest console: ");
+            out.push_str(console.trim());
+        }
+        if !stderr.trim().is_empty() {
+            if !out.is_empty() {
+                out.push_str("; ");
+            }
+            out.push_str("qemu: ");
+            out.push_str(stderr.trim());
+        }
+        if out.is_empty() {
+            out.push_str("(no console output)");
+        }
+        out
+    }
+
+    fn shutdown(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if matches!(child.try_wait(), Ok(None)) && self.qmp_quit().is_ok() {
+            let deadline = Instant::now() + QUIT_GRACE;
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        self.agent = None;
+        for drain in self.drains.drain(..) {
+            let _ = drain.join();
+        }
+    }
+}
+
+impl Drop for QemuInstance {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn lock(tail: &Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
+    match tail.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+fn drain(mut from: impl Read + Send + 'static, into: Arc<Mutex<Tail>>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => lock(&into).push(&buf[..n]),
+            }
+        }
+    })
+}
+
+/// The last `cap` bytes of a stream, and how many were dropped before them.
+#[derive(Debug)]
+pub(crate) struct Tail {
+    cap: usize,
+    buf: Vec<u8>,
+    dropped: u64,
+}
+
+impl Tail {
+    pub(crate) fn new(cap: usize) -> Self {
+        Tail {
+            cap,
+            buf: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() > self.cap {
+            let cut = self.buf.len() - self.cap;
+            self.buf.drain(..cut);
+            self.dropped += cut as u64;
+        }
+    }
+
+    pub(crate) fn text(&self) -> String {
+        let text = String::from_utf8_lossy(&self.buf);
+        match self.dropped {
+            0 => text.into_owned(),
+            n => format!("[{n} earlier bytes dropped] {text}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_tail_keeps_the_last_bytes_of_a_flood() {
+        let mut tail = Tail::new(8);
+        for _ in 0..1000 {
+            tail.push(b"0123456789");
+        }
+        assert_eq!(tail.buf.len(), 8);
+        assert!(tail.text().starts_with("[9992 earlier bytes dropped]"));
+    }
+
+    #[test]
+    fn kernel_args_keep_the_clock_flags() {
+        let args = Qemu::kernel_args();
+        for needed in [
+            "console=ttyS0",
+            "tsc=reliable",
+            "no_timer_check",
+            "panic=-1",
+        ] {
+            assert!(args.contains(needed), "{args}");
+        }
+    }
+}

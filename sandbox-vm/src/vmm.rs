@@ -1,0 +1,100 @@
+//! The seam between the backend and a virtual machine monitor: QEMU `microvm` here
+//! ([`crate::qemu::Qemu`]); Firecracker later, where KVM works.
+
+use std::fmt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sandbox_core::Result;
+
+/// How guest instructions execute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Accel {
+    /// Hardware virtualisation through `/dev/kvm`.
+    Kvm,
+    /// QEMU's TCG: every guest instruction emulated (slower, no KVM needed).
+    Tcg,
+}
+
+impl Accel {
+    /// The name QEMU's `-accel` / `-M ...,accel=` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+
+    /// How receipts and `doctor` describe it: `kvm (hardware)` or `tcg (emulated)`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm (hardware)",
+            Accel::Tcg => "tcg (emulated)",
+        }
+    }
+}
+
+impl fmt::Display for Accel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One VM to start.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    /// The guest kernel (bzImage).
+    pub kernel: PathBuf,
+    /// The initramfs as booted (agent segment + base archive).
+    pub initrd: PathBuf,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    /// Virtual CPUs.
+    pub vcpus: u32,
+    /// Accelerator.
+    pub accel: Accel,
+    /// A private directory for the VMM's sockets; the caller removes it.
+    pub dir: PathBuf,
+    /// Bytes of serial console output kept (the tail); the rest is read and dropped, so a
+    /// guest flooding its console neither blocks nor fills a disk.
+    pub console_cap: usize,
+    /// How long the VMM may take to connect the agent channel after it started.
+    pub connect_timeout: Duration,
+}
+
+/// A virtual machine monitor that can start a VM with a kernel, an initramfs and an agent
+/// channel.
+pub trait Vmm: Send + Sync {
+    /// The VMM's name for receipts (`"qemu microvm"`).
+    fn name(&self) -> &'static str;
+
+    /// Starts a VM. The returned instance owns the VMM process: dropping it kills and reaps
+    /// the process.
+    ///
+    /// # Errors
+    /// [`sandbox_core::Error::Setup`] when the VMM cannot start or does not connect the
+    /// agent channel in time.
+    fn start(&self, config: &VmConfig) -> Result<Box<dyn VmInstance>>;
+}
+
+/// A running VM.
+pub trait VmInstance: Send {
+    /// A handle on the host end of the agent channel (a byte stream to the guest's
+    /// virtio-serial port).
+    ///
+    /// # Errors
+    /// When the channel is closed (after [`VmInstance::shutdown`]) or cannot be duplicated.
+    fn agent(&self) -> std::io::Result<UnixStream>;
+
+    /// Whether the VMM process has exited (then the agent channel is dead).
+    fn exited(&mut self) -> bool;
+
+    /// The tail of the serial console and of the VMM's own error output, for error
+    /// messages.
+    fn console_tail(&self) -> String;
+
+    /// Stops the VM: asks the VMM to quit (QMP `quit`), then kills it if it has not exited
+    /// within a short grace period, and reaps it. Idempotent.
+    fn shutdown(&mut self);
+}
