@@ -425,19 +425,20 @@ mod tests {
 
     #[test]
     fn secret_flag_parses_name_and_hosts_and_takes_the_value_from_the_environment() {
-        // PATH is set wherever tests run; any variable of strata's own environment works.
-        let path = std::env::var("PATH").expect("PATH is set");
+        // A variable of strata's own environment, named only by this test.
+        let path = "s3cr3t-for-the-cli-test";
+        std::env::set_var("STRATA_CLI_TEST_SECRET", path);
         let caps = request(&[
             "--net",
             "allow:api.example.com",
             "--secret",
-            "PATH@api.example.com,*.example.org",
+            "STRATA_CLI_TEST_SECRET@api.example.com,*.example.org",
         ])
         .expect("a secret under an allowlist")
         .caps;
         assert_eq!(caps.secrets.len(), 1);
         let secret = &caps.secrets[0];
-        assert_eq!(secret.env, "PATH");
+        assert_eq!(secret.env, "STRATA_CLI_TEST_SECRET");
         assert_eq!(secret.value, path);
         assert_eq!(secret.hosts, ["api.example.com", "*.example.org"]);
         for (binding, expected) in [
@@ -461,7 +462,7 @@ mod tests {
             err.to_string().contains("secrets need a network allowlist"),
             "{err}"
         );
-        assert!(!err.to_string().contains(&path), "{err}");
+        assert!(!err.to_string().contains(path), "{err}");
     }
 
     #[test]
