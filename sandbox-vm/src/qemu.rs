@@ -63,7 +63,17 @@ impl Qemu {
     }
 
     fn command(&self, config: &VmConfig, agent_sock: &Path, qmp_sock: &Path) -> Command {
-        let mut cmd = Command::new(&self.binary);
+        // QEMU must not outlive the thread that started it (the run's, which waits for the
+        // VM), even when the embedder is killed with SIGKILL: util-linux's setpriv sets the
+        // parent-death signal and execs QEMU (so no unsafe `pre_exec` is needed here).
+        let mut cmd = match SETPRIV.iter().map(Path::new).find(|p| p.is_file()) {
+            Some(setpriv) => {
+                let mut cmd = Command::new(setpriv);
+                cmd.args(["--pdeathsig", "KILL", "--"]).arg(&self.binary);
+                cmd
+            }
+            None => Command::new(&self.binary),
+        };
         let machine = format!("microvm,accel={}", config.accel.as_str());
         let cpu = match config.accel {
             Accel::Kvm => "host",
@@ -99,6 +109,9 @@ impl Qemu {
 }
 
 use std::os::unix::process::CommandExt;
+
+/// Where util-linux's `setpriv` is looked for (Debian: `/usr/bin`).
+const SETPRIV: [&str; 2] = ["/usr/bin/setpriv", "/bin/setpriv"];
 
 /// The host's TSC frequency in kHz, from `/proc/cpuinfo`'s first `cpu MHz` line (the
 /// guest's `tsc_early_khz`; without it one boot in a dozen hangs calibrating). `None` when

@@ -59,7 +59,12 @@ fn strata_vm_dirs() -> Vec<PathBuf> {
 
 /// QEMU processes whose parent is this test process.
 fn my_qemus() -> Vec<String> {
-    let me = std::process::id().to_string();
+    qemus_of(std::process::id())
+}
+
+/// QEMU processes whose parent is `parent` (their `/proc/PID/stat` lines).
+fn qemus_of(parent: u32) -> Vec<String> {
+    let me = parent.to_string();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
@@ -249,4 +254,59 @@ fn microvm_refuses_what_it_cannot_enforce() {
         assert!(err.to_string().contains("tcg (emulated)"), "{err}");
     }
     let _ = Strictness::BestEffort;
+}
+
+/// The first field of a `/proc/PID/stat` line.
+fn pid_of(stat: &str) -> String {
+    stat.split(' ').next().unwrap_or_default().to_string()
+}
+
+#[test]
+fn qemu_of_a_sigkilled_embedder_dies_with_it() {
+    backend();
+    // The killed embedder cannot remove its VM's temp dir: keep it out of the shared one.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut inner = Command::new(std::env::current_exe().expect("exe"))
+        .env("TMPDIR", tmp.path())
+        .args([
+            "--exact",
+            "sigkilled_embedder_inner",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the embedder");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut qemus = Vec::new();
+    while qemus.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        qemus = qemus_of(inner.id());
+    }
+    assert!(!qemus.is_empty(), "the embedder never started QEMU");
+    let pids: Vec<String> = qemus.iter().map(|s| pid_of(s)).collect();
+    inner.kill().expect("SIGKILL the embedder");
+    inner.wait().expect("reap the embedder");
+    let gone = |pid: &String| {
+        !Path::new("/proc").join(pid).exists()
+            || std::fs::read_to_string(Path::new("/proc").join(pid).join("stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pids.iter().all(gone) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        pids.iter().all(gone),
+        "QEMU {pids:?} outlived its SIGKILLed embedder"
+    );
+}
+
+#[test]
+#[ignore = "the embedder that qemu_of_a_sigkilled_embedder_dies_with_it kills"]
+fn sigkilled_embedder_inner() {
+    let _ = backend().run(&sh("sleep 600"), &Caps::new(), &RunContext::default());
 }
