@@ -369,15 +369,15 @@ fn secret_flag_gives_the_tool_a_placeholder_and_the_receipt_names_it() {
 
 #[test]
 fn unavailable_backend_is_refused_with_125() {
-    // The microvm guest has no python3 yet: refused before anything boots.
+    // The microvm guest has no JavaScript runtime: refused before anything boots.
     let out = strata(&[
         "run",
         "--backend",
         "microvm",
         "--script",
-        "python",
+        "javascript",
         "--",
-        "print(1)",
+        "console.log(1)",
     ]);
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
     assert!(

@@ -21,6 +21,10 @@ pub struct GuestArtifacts {
     pub initramfs: PathBuf,
     /// The kernel release, from `kernel-version`.
     pub kernel_version: String,
+    /// The read-only root file system image (`rootfs.ext4`: python3 and busybox).
+    pub rootfs: PathBuf,
+    /// What the root file system holds (`python3=3.11.2-1+b1, ...`, from `rootfs-version`).
+    pub rootfs_version: String,
     /// The guest agent binary.
     pub agent: PathBuf,
 }
@@ -43,7 +47,8 @@ impl GuestArtifacts {
         };
         let kernel = dir.join("vmlinuz");
         let initramfs = dir.join("initramfs.cpio.gz");
-        for path in [&kernel, &initramfs] {
+        let rootfs = dir.join("rootfs.ext4");
+        for path in [&kernel, &initramfs, &rootfs] {
             if !path.is_file() {
                 return Err(format!(
                     "guest artifact {} is missing: {BUILD_HINT}",
@@ -55,6 +60,12 @@ impl GuestArtifacts {
             .map_err(|e| format!("{}/kernel-version: {e}: {BUILD_HINT}", dir.display()))?
             .trim()
             .to_string();
+        let rootfs_version = std::fs::read_to_string(dir.join("rootfs-version"))
+            .map_err(|e| format!("{}/rootfs-version: {e}: {BUILD_HINT}", dir.display()))?
+            .lines()
+            .filter(|l| l.starts_with("python3=") || l.starts_with("busybox-static="))
+            .collect::<Vec<_>>()
+            .join(", ");
         let agent = match agent {
             Some(path) => path.to_path_buf(),
             None => find_agent()?,
@@ -69,6 +80,8 @@ impl GuestArtifacts {
             kernel,
             initramfs,
             kernel_version,
+            rootfs,
+            rootfs_version,
             agent,
         })
     }

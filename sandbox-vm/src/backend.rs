@@ -11,11 +11,16 @@ use sandbox_core::{
 };
 
 use crate::artifacts::GuestArtifacts;
+use crate::grants::{self, Prepared};
 use crate::probe::{self, AccelProbe};
 use crate::protocol::{GuestExit, GuestLimit, GuestRlimits, RunRequest};
 use crate::qemu::Qemu;
-use crate::session::{self, Ending};
-use crate::vmm::{Accel, VmConfig, Vmm};
+use crate::session::{self, ArchiveTarget, Boot, Ending, RunPlan};
+use crate::snapshot::{self, Shape, Snapshot};
+use crate::vmm::{Accel, Disk, VmConfig, Vmm};
+
+/// The serial number of the root disk; the guest's `/init` mounts the disk with it.
+const ROOT_SERIAL: &str = "strata-root";
 
 /// Smallest guest RAM: the Debian cloud kernel does not boot in 64 MiB, 72 MiB is measured
 /// to work; 128 MiB leaves room for the tool.
@@ -48,6 +53,7 @@ pub struct MicrovmBackend {
     require_hardware: bool,
     ready_timeout: Duration,
     console_cap: usize,
+    snapshots: bool,
     accel: OnceLock<AccelProbe>,
 }
 
@@ -78,6 +84,7 @@ impl MicrovmBackend {
             require_hardware: false,
             ready_timeout: DEFAULT_READY_TIMEOUT,
             console_cap: DEFAULT_CONSOLE_CAP,
+            snapshots: true,
             accel: OnceLock::new(),
         }
     }
@@ -115,6 +122,13 @@ impl MicrovmBackend {
         self
     }
 
+    /// Start each run's VM by restoring a snapshot (made by one cold boot per VM shape and
+    /// guest build, kept in the state directory) instead of booting it. Default: `true`.
+    pub fn snapshots(mut self, enabled: bool) -> Self {
+        self.snapshots = enabled;
+        self
+    }
+
     fn artifacts(&self) -> Result<GuestArtifacts> {
         GuestArtifacts::locate(self.guest_dir.as_deref(), self.agent.as_deref())
             .map_err(|why| Error::unavailable(BackendKind::Microvm, why))
@@ -134,7 +148,12 @@ impl MicrovmBackend {
         let Ok(dir) = private_dir() else {
             return false;
         };
-        let Ok(config) = self.vm_config(artifacts, dir.path(), Accel::Kvm, MIN_GUEST_MIB, 1) else {
+        let shape = Shape {
+            memory_mib: MIN_GUEST_MIB,
+            vcpus: 1,
+            accel: Accel::Kvm,
+        };
+        let Ok(config) = self.cold_config(artifacts, dir.path(), shape, Vec::new()) else {
             return false;
         };
         let request = RunRequest {
@@ -145,46 +164,151 @@ impl MicrovmBackend {
             output_cap: 0,
             entropy: host_entropy(),
             rlimits: GuestRlimits::default(),
+            clock_unix_ns: 0,
+            mounts: Vec::new(),
         };
-        session::run(
-            self.vmm.as_ref(),
-            &config,
-            probe::KVM_PROBE_TIMEOUT,
+        let plan = RunPlan {
+            boot: Boot::Cold,
+            ready_timeout: probe::KVM_PROBE_TIMEOUT,
             request,
-            &[],
-            &RunContext::default(),
-        )
-        .is_ok()
+            stdin: &[],
+            archives: Vec::new(),
+        };
+        session::run(self.vmm.as_ref(), &config, plan, &RunContext::default()).is_ok()
     }
 
-    fn vm_config(
-        &self,
-        artifacts: &GuestArtifacts,
-        dir: &Path,
-        accel: Accel,
-        memory_mib: u64,
-        vcpus: u32,
-    ) -> Result<VmConfig> {
-        let initrd = dir.join("initrd");
-        let bytes = artifacts
-            .boot_initrd()
-            .map_err(|e| Error::setup("microvm: reading the guest initramfs and agent", e))?;
-        std::fs::write(&initrd, bytes)
-            .map_err(|e| Error::setup("microvm: writing the initrd", e))?;
-        Ok(VmConfig {
+    fn root_disk(artifacts: &GuestArtifacts) -> Disk {
+        Disk {
+            path: artifacts.rootfs.clone(),
+            read_only: true,
+            serial: ROOT_SERIAL.into(),
+        }
+    }
+
+    fn base_config(&self, artifacts: &GuestArtifacts, dir: &Path, shape: Shape) -> VmConfig {
+        VmConfig {
             kernel: artifacts.kernel.clone(),
-            initrd,
-            memory_mib,
-            vcpus,
-            accel,
+            initrd: dir.join("initrd"),
+            disks: vec![Self::root_disk(artifacts)],
+            memory_mib: shape.memory_mib,
+            vcpus: shape.vcpus,
+            accel: shape.accel,
             dir: dir.to_path_buf(),
             console_cap: self.console_cap,
             connect_timeout: Duration::from_secs(10),
+            incoming: None,
+        }
+    }
+
+    /// A VM booted from scratch with `grants` (the disks of [`grants::prepare`]).
+    fn cold_config(
+        &self,
+        artifacts: &GuestArtifacts,
+        dir: &Path,
+        shape: Shape,
+        grants: Vec<Disk>,
+    ) -> Result<VmConfig> {
+        let mut config = self.base_config(artifacts, dir, shape);
+        write_initrd(artifacts, &config.initrd)?;
+        config.disks.extend(grants);
+        Ok(config)
+    }
+
+    /// The snapshot for `shape`, made now (one cold boot) if there is none yet.
+    fn snapshot(&self, artifacts: &GuestArtifacts, shape: Shape) -> Result<Snapshot> {
+        let store = match probe::state_dir() {
+            Some(dir) => dir.join("microvm-snapshots"),
+            None => std::env::temp_dir().join("strata-microvm-snapshots"),
+        };
+        let qemu = which("qemu-system-x86_64");
+        let mut inputs: Vec<&Path> = vec![
+            &artifacts.kernel,
+            &artifacts.initramfs,
+            &artifacts.agent,
+            &artifacts.rootfs,
+        ];
+        if let Some(qemu) = &qemu {
+            inputs.push(qemu);
+        }
+        let extra = format!(
+            "protocol {} vmm {} args {} slots {} x {}",
+            crate::protocol::PROTOCOL_VERSION,
+            self.vmm.name(),
+            crate::qemu::Qemu::kernel_args(),
+            grants::MAX_GRANTS,
+            grants::SLOT_CAPACITY
+        );
+        let key = snapshot::key(shape, &inputs, &extra);
+        snapshot::get_or_make(&store, &key, shape, |snap| {
+            let mut config = self.base_config(artifacts, &snap.dir, shape);
+            config.initrd = snap.initrd.clone();
+            write_initrd(artifacts, &config.initrd)?;
+            // Placeholders are writable here (no grant is mounted while the snapshot is
+            // taken, so nothing writes them): a restored slot may then be read-only or
+            // read-write, since a read-only disk only adds a feature the guest did not
+            // negotiate.
+            config.disks.extend((0..grants::MAX_GRANTS).map(|i| Disk {
+                path: snap.placeholder.clone(),
+                read_only: false,
+                serial: grants::slot_serial(i),
+            }));
+            // QEMU locks the images it writes: each slot gets its own empty sparse file.
+            for (i, disk) in config.disks.iter_mut().skip(1).enumerate() {
+                let slot = snap.dir.join(format!("slot{i}.img"));
+                std::fs::File::create(&slot)
+                    .and_then(|f| f.set_len(grants::SLOT_CAPACITY))
+                    .map_err(|e| Error::setup("microvm: placeholder disk", e))?;
+                disk.path = slot;
+            }
+            let mut vm = self.vmm.start(&config)?;
+            let started = Instant::now();
+            let ready = session::wait_ready(
+                vm.as_mut(),
+                started + self.ready_timeout,
+                self.ready_timeout,
+                &RunContext::default(),
+            );
+            let saved = ready.and_then(|()| vm.save(&snap.state));
+            vm.shutdown();
+            for i in 0..grants::MAX_GRANTS {
+                let _ = std::fs::remove_file(snap.dir.join(format!("slot{i}.img")));
+            }
+            saved
         })
+    }
+
+    /// A VM restored from `snap` with `grants` in the first slots.
+    fn restore_config(
+        &self,
+        artifacts: &GuestArtifacts,
+        snap: &Snapshot,
+        dir: &Path,
+        shape: Shape,
+        grants: Vec<Disk>,
+    ) -> VmConfig {
+        let mut config = self.base_config(artifacts, dir, shape);
+        config.initrd = snap.initrd.clone();
+        config.incoming = Some(snap.state.clone());
+        let used = grants.len();
+        config.disks.extend(grants);
+        config
+            .disks
+            .extend((used..grants::MAX_GRANTS).map(|i| Disk {
+                path: snap.placeholder.clone(),
+                read_only: true,
+                serial: grants::slot_serial(i),
+            }));
+        config
     }
 }
 
-/// A private directory for one VM's initrd and sockets, removed when dropped.
+fn write_initrd(artifacts: &GuestArtifacts, path: &Path) -> Result<()> {
+    let bytes = artifacts
+        .boot_initrd()
+        .map_err(|e| Error::setup("microvm: reading the guest initramfs and agent", e))?;
+    std::fs::write(path, bytes).map_err(|e| Error::setup("microvm: writing the initrd", e))
+}
+
 fn private_dir() -> std::io::Result<tempfile::TempDir> {
     tempfile::Builder::new().prefix("strata-vm-").tempdir()
 }
@@ -212,10 +336,14 @@ fn argv_for(tool: &Tool) -> Result<Vec<String>> {
             language: ScriptLanguage::Sh,
             source,
         } => Ok(vec!["/bin/sh".into(), "-c".into(), source.clone()]),
+        Tool::Script {
+            language: ScriptLanguage::Python,
+            source,
+        } => Ok(vec!["python3".into(), "-c".into(), source.clone()]),
         Tool::Script { language, .. } => Err(Error::unavailable(
             BackendKind::Microvm,
             format!(
-                "{language} scripts need the guest root file system with their interpreter, which this version does not build yet (the guest has only busybox); sh scripts and commands work"
+                "{language} scripts need their interpreter in the guest root file system, which holds python3 and busybox only; sh and python scripts and commands work"
             ),
         )),
         Tool::Wasm { .. } => Err(Error::unavailable(
@@ -245,17 +373,6 @@ fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
                 }
             }
         };
-    if !caps.mounts.is_empty() {
-        unenforceable(
-            "fs: microvm grants",
-            format!(
-                "the microvm backend cannot share host paths yet ({} mount(s) asked for); best-effort runs without them",
-                caps.mounts.len()
-            ),
-            &mut gaps,
-            Capability::Fs,
-        )?;
-    }
     if caps.net != Net::None {
         return Err(Error::unenforceable(
             "net: microvm",
@@ -353,7 +470,7 @@ impl Backend for MicrovmBackend {
         }
         let limits = &caps.limits;
         let cwd = caps.effective_workdir().to_string_lossy().into_owned();
-        let request = RunRequest {
+        let mut request = RunRequest {
             argv: argv.clone(),
             env,
             cwd,
@@ -365,25 +482,53 @@ impl Backend for MicrovmBackend {
                 file_size: limits.file_size.bytes(),
                 open_files: u64::from(limits.open_files),
             },
+            clock_unix_ns: 0,
+            mounts: Vec::new(),
         };
         let dir = private_dir().map_err(|e| Error::setup("microvm: private temp dir", e))?;
-        let config = self.vm_config(
-            &artifacts,
-            dir.path(),
-            accel.accel,
-            plan.memory_mib,
-            plan.vcpus,
-        )?;
-        let result = session::run(
-            self.vmm.as_ref(),
-            &config,
-            self.ready_timeout,
+        let prepared = grants::prepare(&caps.mounts, dir.path(), limits.disk.bytes())?;
+        request.mounts = prepared.mounts.clone();
+        let shape = Shape {
+            memory_mib: plan.memory_mib,
+            vcpus: plan.vcpus,
+            accel: accel.accel,
+        };
+        let (config, boot, snapshot) = if self.snapshots {
+            let snap = self.snapshot(&artifacts, shape)?;
+            let config =
+                self.restore_config(&artifacts, &snap, dir.path(), shape, prepared.disks.clone());
+            (config, Boot::Restored, Some(snap))
+        } else {
+            let config = self.cold_config(&artifacts, dir.path(), shape, prepared.disks.clone())?;
+            (config, Boot::Cold, None)
+        };
+        let archives = prepared
+            .writable
+            .iter()
+            .map(|w| ArchiveTarget {
+                mount: w.mount,
+                path: dir.path().join(format!("archive{}.tar", w.mount)),
+                cap: w.image_size + (16 << 20),
+            })
+            .collect();
+        let run_plan = RunPlan {
+            boot,
+            ready_timeout: self.ready_timeout,
             request,
-            &caps.stdin,
-            ctx,
-        );
-        drop(dir);
+            stdin: &caps.stdin,
+            archives,
+        };
+        let result = session::run(self.vmm.as_ref(), &config, run_plan, ctx);
+        if let (Err(Error::Setup { stage, .. }), Some(snap)) = (&result, &snapshot) {
+            if stage.contains("not ready") || stage.contains("exited") {
+                // The VMM could not resume this state (a changed QEMU, a damaged file):
+                // the next run makes a new snapshot.
+                snap.discard();
+            }
+        }
         let vm = result?;
+        let written_back = write_back(&prepared, &vm.archives);
+        drop(dir);
         let cap = limits.output.bytes();
         let (status, limit_hit) = match vm.ending {
             Ending::HostWall => (
@@ -419,7 +564,14 @@ impl Backend for MicrovmBackend {
             }
         };
         let mut receipt = Receipt::new(BackendKind::Microvm, ctx.strictness);
-        self.fill_receipt(&mut receipt, caps, &plan, &accel, &vm.kernel, vm.boot);
+        let guest = GuestSeen {
+            kernel: &vm.kernel,
+            rootfs: &artifacts.rootfs_version,
+            boot: vm.boot,
+            restored: boot == Boot::Restored,
+        };
+        self.fill_receipt(&mut receipt, caps, &plan, &accel, &guest);
+        grant_receipt(&mut receipt, caps, &prepared, &written_back);
         for (cap, reason) in plan.gaps {
             receipt.gap(cap, reason);
         }
@@ -514,6 +666,84 @@ impl Backend for MicrovmBackend {
     }
 }
 
+/// What a run saw of its guest, for the receipt.
+struct GuestSeen<'a> {
+    kernel: &'a str,
+    rootfs: &'a str,
+    boot: Duration,
+    restored: bool,
+}
+
+/// What came of each read-write grant: applied, or why not.
+type WrittenBack = Vec<(PathBuf, std::result::Result<grants::Applied, String>)>;
+
+fn write_back(prepared: &Prepared, archives: &[session::Archive]) -> WrittenBack {
+    prepared
+        .writable
+        .iter()
+        .zip(archives)
+        .map(|(grant, archive)| {
+            let result = match archive {
+                Ok(path) => {
+                    grants::apply(grant, path).map_err(|e| format!("the archive is malformed: {e}"))
+                }
+                Err(why) => Err(why.clone()),
+            };
+            (grant.host.clone(), result)
+        })
+        .collect()
+}
+
+fn grant_receipt(receipt: &mut Receipt, caps: &Caps, prepared: &Prepared, back: &WrittenBack) {
+    for (mount, disk) in caps.mounts.iter().zip(&prepared.disks) {
+        let (what, detail) = if disk.read_only {
+            (
+                "read-only disk image",
+                format!(
+                    "{} -> {}: a copy taken at the start of the run, opened readonly=on by the VMM (no guest write reaches it or the host)",
+                    mount.host.display(),
+                    mount.guest.display()
+                ),
+            )
+        } else {
+            (
+                "private disk image, written back through a filter",
+                format!(
+                    "{} -> {}: a private copy; the tree comes back through openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS); new symbolic links, devices and paths outside the grant refused; setuid bits dropped",
+                    mount.host.display(),
+                    mount.guest.display()
+                ),
+            )
+        };
+        receipt.enforce(Capability::Fs, Mechanism::Vm, what, detail);
+    }
+    for (host, result) in back {
+        match result {
+            Ok(applied) => {
+                receipt.enforce(
+                    Capability::Fs,
+                    Mechanism::Host,
+                    "grant written back",
+                    format!(
+                        "{}: {} written, {} deleted, {} refused",
+                        host.display(),
+                        applied.written,
+                        applied.deleted,
+                        applied.refused.len()
+                    ),
+                );
+                for refused in &applied.refused {
+                    receipt.deny(Capability::Fs, format!("{}: {refused}", host.display()));
+                }
+            }
+            Err(why) => receipt.deny(
+                Capability::Fs,
+                format!("{}: nothing written back: {why}", host.display()),
+            ),
+        }
+    }
+}
+
 impl MicrovmBackend {
     fn fill_receipt(
         &self,
@@ -521,9 +751,9 @@ impl MicrovmBackend {
         caps: &Caps,
         plan: &Plan,
         accel: &AccelProbe,
-        kernel: &str,
-        boot: Duration,
+        guest: &GuestSeen<'_>,
     ) {
+        let (kernel, boot) = (guest.kernel, guest.boot);
         let vm = format!("{}, accel: {}", self.vmm.name(), accel.accel.describe());
         let limits = &caps.limits;
         receipt.enforce(
@@ -531,9 +761,10 @@ impl MicrovmBackend {
             Mechanism::Vm,
             vm.clone(),
             format!(
-                "guest kernel {kernel}; {} vCPU, {} MiB; booted in {} ms; the tool's processes, IPC, hostname and system calls belong to the guest",
+                "guest kernel {kernel}; {} vCPU, {} MiB; {} in {} ms; the tool's processes, IPC, hostname and system calls belong to the guest",
                 plan.vcpus,
                 plan.memory_mib,
+                if guest.restored { "restored from a snapshot (RNG reseeded, clock set)" } else { "booted" },
                 boot.as_millis()
             ),
         );
@@ -549,7 +780,7 @@ impl MicrovmBackend {
             Capability::Fs,
             Mechanism::Vm,
             vm.clone(),
-            "the root is the initramfs in guest RAM; no host path is shared (no 9p, virtiofs or disk device)",
+            format!("the root is a read-only disk image ({}; QEMU opens it readonly=on) under an overlay whose writes stay in guest RAM and die with the VM; host paths only as the grants' disk images below", guest.rootfs),
         );
         receipt.enforce(
             Capability::Net,

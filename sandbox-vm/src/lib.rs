@@ -9,19 +9,23 @@
 //! Module map: [`protocol`] (frames, messages, decoder), [`vmm`] (the VMM seam),
 //! [`qemu`] (QEMU microvm), [`initramfs`] (the agent's cpio segment), [`artifacts`]
 //! (locating kernel, initramfs, agent), [`probe`] (KVM or TCG), [`session`] (one run in
-//! one VM), `backend` ([`MicrovmBackend`]).
+//! one VM), [`snapshot`] (boot once, restore per run), [`grants`] (host directories as
+//! disk images, read-write ones written back through a filter), `backend`
+//! ([`MicrovmBackend`]).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod artifacts;
 mod backend;
+pub mod grants;
 pub mod initramfs;
 pub mod probe;
 pub mod protocol;
 pub mod qemu;
 pub mod session;
+pub mod snapshot;
 pub mod vmm;
 
 pub use backend::{MicrovmBackend, DEFAULT_CONSOLE_CAP, DEFAULT_READY_TIMEOUT, MIN_GUEST_MIB};
-pub use vmm::{Accel, VmConfig, VmInstance, Vmm};
+pub use vmm::{Accel, Disk, VmConfig, VmInstance, Vmm};

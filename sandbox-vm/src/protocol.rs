@@ -5,12 +5,15 @@
 //! [`HostMsg`] or [`AgentMsg`]). Payloads larger than [`MAX_FRAME`] are refused by both
 //! sides. Byte strings (stdin, output, entropy) travel as base64 text.
 //!
-//! A conversation: the agent sends [`AgentMsg::Ready`] once its port is open; the host sends
-//! [`HostMsg::Hello`] (the protocol version it speaks), then [`HostMsg::Run`], then the
-//! stdin bytes as [`HostMsg::Stdin`] chunks and [`HostMsg::StdinEnd`]; it may send
+//! A conversation: the agent sends [`AgentMsg::Ready`] once its port is open after a cold
+//! boot (a VM restored from a snapshot was saved after that message, so the host does not
+//! wait for it again); the host sends [`HostMsg::Hello`] (the protocol version it speaks) and
+//! the agent answers [`AgentMsg::Welcome`]; then the host sends [`HostMsg::Run`], the stdin
+//! bytes as [`HostMsg::Stdin`] chunks and [`HostMsg::StdinEnd`]; it may send
 //! [`HostMsg::Kill`] at any time. The agent answers with [`AgentMsg::Output`] chunks and
-//! one [`AgentMsg::Exit`], or [`AgentMsg::Error`] when it refuses (version mismatch, a
-//! malformed frame).
+//! one [`AgentMsg::Exit`]; then, for each read-write grant the run asked back, the grant's
+//! tree as [`AgentMsg::Archive`] chunks (a tar stream) and one [`AgentMsg::ArchiveEnd`].
+//! [`AgentMsg::Error`] means the agent refused (version mismatch, a malformed frame).
 //!
 //! [`Decoder`] never panics, whatever bytes it is fed (a property test feeds it random and
 //! mutated input): a bad frame is a [`ProtocolError`].
@@ -21,7 +24,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks. Host and agent refuse any other.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest payload of one frame: 1 MiB.
 pub const MAX_FRAME: usize = 1024 * 1024;
@@ -76,6 +79,25 @@ pub struct RunRequest {
     pub entropy: Vec<u8>,
     /// Per-process limits set in the guest before the tool starts.
     pub rlimits: GuestRlimits,
+    /// The host's wall clock (nanoseconds since the Unix epoch) when the run was sent; the
+    /// agent sets the guest clock to it (a restored VM's clock is the snapshot's). 0: leave
+    /// the clock alone.
+    pub clock_unix_ns: u64,
+    /// Disks to mount before the tool starts, in order.
+    pub mounts: Vec<GuestMount>,
+}
+
+/// A disk the agent mounts for the tool (ext4, `nosuid,nodev`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestMount {
+    /// The disk's serial number (`/sys/block/vdX/serial`).
+    pub serial: String,
+    /// Where it is mounted in the guest (absolute).
+    pub target: String,
+    /// Mounted read-write, and its tree sent back as an archive after the tool ends.
+    /// Read-only disks are also opened read-only by the VMM.
+    pub writable: bool,
 }
 
 /// Resource limits the agent applies with `setrlimit` (inherited by the tool).
@@ -111,6 +133,13 @@ pub enum AgentMsg {
         /// The guest kernel release (`uname -r`).
         kernel: String,
     },
+    /// The answer to [`HostMsg::Hello`]: the agent speaks the host's version.
+    Welcome {
+        /// [`PROTOCOL_VERSION`] of the agent.
+        version: u32,
+        /// The guest kernel release (`uname -r`).
+        kernel: String,
+    },
     /// A chunk of the tool's output.
     Output {
         /// The stream.
@@ -123,6 +152,21 @@ pub enum AgentMsg {
     Exit {
         /// How.
         status: GuestExit,
+    },
+    /// A chunk of a read-write grant's tree, as a tar stream (after [`AgentMsg::Exit`]).
+    Archive {
+        /// The index of the mount in [`RunRequest::mounts`].
+        mount: u32,
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// The end of one grant's archive.
+    ArchiveEnd {
+        /// The index of the mount in [`RunRequest::mounts`].
+        mount: u32,
+        /// Why the archive is incomplete, if it is (the host then applies nothing of it).
+        error: Option<String>,
     },
     /// The agent refused or failed; nothing more follows.
     Error {
@@ -299,6 +343,12 @@ mod tests {
             output_cap: 1 << 20,
             entropy: vec![1, 2, 3, 255],
             rlimits: GuestRlimits::default(),
+            clock_unix_ns: 1_790_000_000_000_000_000,
+            mounts: vec![GuestMount {
+                serial: "strata-g0".into(),
+                target: "/work".into(),
+                writable: true,
+            }],
         })
     }
 

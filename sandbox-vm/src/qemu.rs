@@ -6,8 +6,9 @@
 //! these the kernel hangs calibrating its clock), the serial console on QEMU's stdout (read by
 //! a host thread that keeps the tail), one virtio-serial port `org.strata.agent` on a Unix
 //! socket and QMP on another. Both sockets listen on the host side and QEMU connects to
-//! them at startup, so there is no polling for socket files. No network, block or other
-//! device exists.
+//! them at startup, so there is no polling for socket files. Disks ([`crate::vmm::Disk`])
+//! are raw images on `virtio-blk-device`s, read-only ones opened `readonly=on` by QEMU. No
+//! network or other device exists.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -58,7 +59,7 @@ impl Qemu {
         if let Some(khz) = host_tsc_khz() {
             args.push_str(&format!(" tsc_early_khz={khz}"));
         }
-        args.push_str(" panic=-1 quiet");
+        args.push_str(" panic=-1 quiet init_on_free=1");
         args
     }
 
@@ -88,8 +89,21 @@ impl Qemu {
             .arg(&config.kernel)
             .arg("-initrd")
             .arg(&config.initrd)
-            .args(["-append", &Self::kernel_args()])
-            .args(["-device", "virtio-serial-device"])
+            .args(["-append", &Self::kernel_args()]);
+        for (i, disk) in config.disks.iter().enumerate() {
+            let mut drive = format!(
+                "file={},format=raw,if=none,id=disk{i}",
+                escape_option(&disk.path.to_string_lossy())
+            );
+            if disk.read_only {
+                drive.push_str(",readonly=on");
+            }
+            cmd.arg("-drive").arg(drive).arg("-device").arg(format!(
+                "virtio-blk-device,drive=disk{i},serial={}",
+                escape_option(&disk.serial)
+            ));
+        }
+        cmd.args(["-device", "virtio-serial-device"])
             .arg("-chardev")
             .arg(format!("socket,id=agent,path={}", agent_sock.display()))
             .args([
@@ -98,8 +112,14 @@ impl Qemu {
             ])
             .arg("-chardev")
             .arg(format!("socket,id=qmp,path={}", qmp_sock.display()))
-            .args(["-mon", "chardev=qmp,mode=control"])
-            .stdin(Stdio::null())
+            .args(["-mon", "chardev=qmp,mode=control"]);
+        if let Some(state) = &config.incoming {
+            cmd.arg("-incoming").arg(format!(
+                "exec:cat {}",
+                shell_quote(&state.to_string_lossy())
+            ));
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env_clear()
@@ -109,6 +129,16 @@ impl Qemu {
 }
 
 use std::os::unix::process::CommandExt;
+
+/// `value` as one single-quoted shell word.
+fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+/// QEMU option values separate options with commas; a literal comma is doubled.
+fn escape_option(value: &str) -> String {
+    value.replace(',', ",,")
+}
 
 /// Where util-linux's `setpriv` is looked for (Debian: `/usr/bin`).
 const SETPRIV: [&str; 2] = ["/usr/bin/setpriv", "/bin/setpriv"];
@@ -152,6 +182,7 @@ impl Vmm for Qemu {
             child: Some(child),
             agent: None,
             qmp_listener,
+            qmp: None,
             console,
             stderr_tail,
             drains,
@@ -167,6 +198,7 @@ struct QemuInstance {
     child: Option<Child>,
     agent: Option<UnixStream>,
     qmp_listener: UnixListener,
+    qmp: Option<Qmp>,
     console: Arc<Mutex<Tail>>,
     stderr_tail: Arc<Mutex<Tail>>,
     drains: Vec<thread::JoinHandle<()>>,
@@ -205,22 +237,135 @@ impl QemuInstance {
         }
     }
 
-    /// QMP: greeting, `qmp_capabilities`, `quit`. Best effort: any failure means a kill.
-    fn qmp_quit(&self) -> std::io::Result<()> {
-        self.qmp_listener.set_nonblocking(true)?;
-        let (stream, _) = self.qmp_listener.accept()?;
+    /// The QMP session, connected on first use.
+    fn qmp(&mut self) -> std::io::Result<&mut Qmp> {
+        if self.qmp.is_none() {
+            self.qmp = Some(Qmp::accept(&self.qmp_listener)?);
+        }
+        match self.qmp.as_mut() {
+            Some(qmp) => Ok(qmp),
+            None => Err(std::io::Error::other("no QMP session")),
+        }
+    }
+
+    /// QMP `quit`. Best effort: any failure means a kill.
+    fn qmp_quit(&mut self) -> std::io::Result<()> {
+        let qmp = self.qmp()?;
+        qmp.set_timeout(QUIT_GRACE)?;
+        qmp.send("quit", serde_json::json!({}))
+    }
+
+    fn save_state(&mut self, path: &Path) -> std::io::Result<()> {
+        let qmp = self.qmp()?;
+        qmp.set_timeout(Duration::from_secs(10))?;
+        qmp.execute("stop", serde_json::json!({}))?;
+        // Saving to a file: no reason to throttle (QEMU 7.2 defaults to 32 MiB/s).
+        qmp.execute(
+            "migrate-set-parameters",
+            serde_json::json!({"max-bandwidth": 1u64 << 40}),
+        )?;
+        let uri = format!("exec:cat > {}", shell_quote(&path.to_string_lossy()));
+        qmp.execute("migrate", serde_json::json!({ "uri": uri }))?;
+        let deadline = Instant::now() + SAVE_TIMEOUT;
+        loop {
+            let info = qmp.execute("query-migrate", serde_json::json!({}))?;
+            match info.get("status").and_then(|s| s.as_str()) {
+                Some("completed") => return Ok(()),
+                Some("failed") | Some("cancelled") => {
+                    return Err(std::io::Error::other(format!(
+                        "QEMU could not save the VM: {}",
+                        info.get("error-desc")
+                            .and_then(|d| d.as_str())
+                            .unwrap_or("no reason given")
+                    )))
+                }
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "saving the VM state took too long",
+                ));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// How long saving a VM's state may take.
+const SAVE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A QMP session: greeting read, capabilities negotiated.
+struct Qmp {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Qmp {
+    fn accept(listener: &UnixListener) -> std::io::Result<Qmp> {
+        listener.set_nonblocking(true)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let stream = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(e),
+            }
+        };
         stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(QUIT_GRACE))?;
-        stream.set_write_timeout(Some(QUIT_GRACE))?;
-        let mut reader = BufReader::new(stream.try_clone()?);
-        let mut line = String::new();
-        reader.read_line(&mut line)?; // greeting
-        let mut writer = stream;
-        writer.write_all(b"{\"execute\":\"qmp_capabilities\"}\n")?;
-        line.clear();
-        reader.read_line(&mut line)?;
-        writer.write_all(b"{\"execute\":\"quit\"}\n")?;
-        Ok(())
+        let mut qmp = Qmp {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+        };
+        qmp.set_timeout(Duration::from_secs(5))?;
+        let mut greeting = String::new();
+        qmp.reader.read_line(&mut greeting)?;
+        qmp.execute("qmp_capabilities", serde_json::json!({}))?;
+        Ok(qmp)
+    }
+
+    fn set_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        self.writer.set_read_timeout(Some(timeout))?;
+        self.writer.set_write_timeout(Some(timeout))
+    }
+
+    fn send(&mut self, command: &str, arguments: serde_json::Value) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(&serde_json::json!({
+            "execute": command,
+            "arguments": arguments,
+        }))?;
+        line.push(b'\n');
+        self.writer.write_all(&line)
+    }
+
+    /// Runs `command` and returns its `return` value; events in between are skipped.
+    fn execute(
+        &mut self,
+        command: &str,
+        arguments: serde_json::Value,
+    ) -> std::io::Result<serde_json::Value> {
+        self.send(command, arguments)?;
+        loop {
+            let mut line = String::new();
+            if self.reader.read_line(&mut line)? == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("QMP closed during {command}"),
+                ));
+            }
+            let reply: serde_json::Value = serde_json::from_str(&line)?;
+            if let Some(value) = reply.get("return") {
+                return Ok(value.clone());
+            }
+            if let Some(error) = reply.get("error") {
+                return Err(std::io::Error::other(format!("QMP {command}: {error}")));
+            }
+        }
     }
 }
 
@@ -263,6 +408,54 @@ impl VmInstance for QemuInstance {
         out
     }
 
+    fn save(&mut self, path: &Path) -> Result<()> {
+        self.save_state(path).map_err(|e| {
+            Error::setup(
+                "microvm: saving the VM snapshot",
+                std::io::Error::new(e.kind(), format!("{e} ({})", self.console_tail())),
+            )
+        })
+    }
+
+    fn wait_running(&mut self, deadline: Instant) -> Result<()> {
+        let outcome = (|| -> std::io::Result<()> {
+            loop {
+                let qmp = self.qmp()?;
+                qmp.set_timeout(Duration::from_secs(5))?;
+                let status = qmp.execute("query-status", serde_json::json!({}))?;
+                if status.get("running").and_then(|r| r.as_bool()) == Some(true) {
+                    return Ok(());
+                }
+                let state = status
+                    .get("status")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("unknown")
+                    .to_string();
+                if state == "paused" {
+                    // Loaded (the state was saved paused): resume it.
+                    qmp.execute("cont", serde_json::json!({}))?;
+                    continue;
+                }
+                if state != "inmigrate" && state != "prelaunch" {
+                    return Err(std::io::Error::other(format!("the VM is {state}")));
+                }
+                if Instant::now() >= deadline {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the VM is still {state}"),
+                    ));
+                }
+                thread::sleep(Duration::from_millis(2));
+            }
+        })();
+        outcome.map_err(|e| {
+            Error::setup(
+                "microvm: restoring the VM snapshot (the VMM exited or did not resume)",
+                std::io::Error::new(e.kind(), format!("{e} ({})", self.console_tail())),
+            )
+        })
+    }
+
     fn shutdown(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
@@ -276,6 +469,7 @@ impl VmInstance for QemuInstance {
         let _ = child.kill();
         let _ = child.wait();
         self.agent = None;
+        self.qmp = None;
         for drain in self.drains.drain(..) {
             let _ = drain.join();
         }

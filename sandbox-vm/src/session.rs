@@ -11,10 +11,37 @@ use crate::protocol::{
     encode, AgentMsg, Decoder, GuestExit, HostMsg, OutStream, RunRequest, CHUNK, PROTOCOL_VERSION,
 };
 use crate::vmm::{VmConfig, VmInstance, Vmm};
+use std::path::PathBuf;
 
 /// How much longer than the tool's timeout the host waits for the agent's own report
 /// before it switches the VM off.
 pub const WALL_GRACE: Duration = Duration::from_millis(500);
+
+/// How long the agent may take to send the read-write grants back after the tool ended.
+pub const ARCHIVE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How the VM comes to life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boot {
+    /// A cold boot: wait for the agent's `ready`, then say hello.
+    Cold,
+    /// Restored from a snapshot saved after `ready`: say hello at once.
+    Restored,
+}
+
+/// Where a read-write grant's archive goes, and how large it may grow.
+#[derive(Clone, Debug)]
+pub struct ArchiveTarget {
+    /// The index of the mount in the request.
+    pub mount: u32,
+    /// The file the tar stream is written to.
+    pub path: PathBuf,
+    /// Bytes accepted; more makes the archive fail.
+    pub cap: u64,
+}
+
+/// A received archive: the file, or why it is unusable.
+pub type Archive = std::result::Result<PathBuf, String>;
 
 /// How a VM run ended, seen from the host.
 #[derive(Debug)]
@@ -38,67 +65,120 @@ pub struct VmRun {
     pub boot: Duration,
     /// The guest kernel release the agent reported.
     pub kernel: String,
+    /// The read-write grants' archives, in the order of the targets given.
+    pub archives: Vec<Archive>,
 }
 
-/// Boots `config` on `vmm`, runs `request` with `stdin`, returns what happened. The VM is
-/// shut down and reaped on every path (the instance's drop kills it on panic).
-pub fn run(
-    vmm: &dyn Vmm,
-    config: &VmConfig,
-    ready_timeout: Duration,
-    request: RunRequest,
-    stdin: &[u8],
-    ctx: &RunContext,
-) -> Result<VmRun> {
+/// One run's parameters beyond the VM itself.
+pub struct RunPlan<'a> {
+    /// Cold boot or restored.
+    pub boot: Boot,
+    /// Boot (or restore) to the agent's welcome.
+    pub ready_timeout: Duration,
+    /// What to run.
+    pub request: RunRequest,
+    /// The tool's stdin.
+    pub stdin: &'a [u8],
+    /// Where read-write grants come back.
+    pub archives: Vec<ArchiveTarget>,
+}
+
+/// Boots `config` on `vmm`, runs the plan, returns what happened. The VM is shut down and
+/// reaped on every path (the instance's drop kills it on panic).
+pub fn run(vmm: &dyn Vmm, config: &VmConfig, plan: RunPlan<'_>, ctx: &RunContext) -> Result<VmRun> {
     let started = Instant::now();
     let mut vm = vmm.start(config)?;
-    let result = drive(vm.as_mut(), started, ready_timeout, request, stdin, ctx);
+    let result = drive(vm.as_mut(), started, plan, ctx);
     vm.shutdown();
     result
+}
+
+/// Waits for a cold-booted agent's `ready`.
+pub(crate) fn wait_ready(
+    vm: &mut dyn VmInstance,
+    deadline: Instant,
+    timeout: Duration,
+    ctx: &RunContext,
+) -> Result<()> {
+    let mut chan = Channel::new(
+        vm.agent()
+            .map_err(|e| Error::setup("microvm: agent channel", e))?,
+    )?;
+    match chan.recv(vm, deadline, ctx)? {
+        Recv::Msg(AgentMsg::Ready { version, .. }) => check_version(version),
+        Recv::Msg(other) => Err(unexpected(&other)),
+        Recv::Deadline => Err(not_ready(vm, timeout)),
+    }
+}
+
+fn check_version(version: u32) -> Result<()> {
+    if version == PROTOCOL_VERSION {
+        return Ok(());
+    }
+    Err(Error::Internal {
+        message: format!(
+            "microvm: guest agent speaks protocol {version}, host {PROTOCOL_VERSION} (rebuild the agent)"
+        ),
+        source: None,
+    })
+}
+
+fn not_ready(vm: &mut dyn VmInstance, timeout: Duration) -> Error {
+    Error::setup(
+        format!(
+            "microvm: the guest agent was not ready within {} s",
+            timeout.as_secs()
+        ),
+        std::io::Error::new(IoKind::TimedOut, vm.console_tail()),
+    )
 }
 
 fn drive(
     vm: &mut dyn VmInstance,
     started: Instant,
-    ready_timeout: Duration,
-    request: RunRequest,
-    stdin: &[u8],
+    plan: RunPlan<'_>,
     ctx: &RunContext,
 ) -> Result<VmRun> {
+    let RunPlan {
+        boot: how,
+        ready_timeout,
+        mut request,
+        stdin,
+        archives: targets,
+    } = plan;
+    let ready_deadline = started + ready_timeout;
+    match how {
+        Boot::Cold => wait_ready(vm, ready_deadline, ready_timeout, ctx)?,
+        Boot::Restored => vm.wait_running(ready_deadline)?,
+    }
     let mut chan = Channel::new(
         vm.agent()
             .map_err(|e| Error::setup("microvm: agent channel", e))?,
     )?;
-    let ready_deadline = started + ready_timeout;
+    chan.send(&HostMsg::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
     let kernel = match chan.recv(vm, ready_deadline, ctx)? {
-        Recv::Msg(AgentMsg::Ready { version, kernel }) => {
-            if version != PROTOCOL_VERSION {
-                return Err(Error::Internal {
-                    message: format!(
-                        "microvm: guest agent speaks protocol {version}, host {PROTOCOL_VERSION} (rebuild the agent)"
-                    ),
-                    source: None,
-                });
-            }
+        Recv::Msg(AgentMsg::Welcome { version, kernel }) => {
+            check_version(version)?;
             kernel
         }
-        Recv::Msg(other) => return Err(unexpected(&other)),
-        Recv::Deadline => {
-            return Err(Error::setup(
-                format!(
-                    "microvm: the guest agent was not ready within {} s",
-                    ready_timeout.as_secs()
-                ),
-                std::io::Error::new(IoKind::TimedOut, vm.console_tail()),
-            ))
+        Recv::Msg(AgentMsg::Error { message }) => {
+            return Err(Error::Internal {
+                message: format!("microvm: the guest agent refused the hello: {message}"),
+                source: None,
+            })
         }
+        Recv::Msg(other) => return Err(unexpected(&other)),
+        Recv::Deadline => return Err(not_ready(vm, ready_timeout)),
     };
     let boot = started.elapsed();
     let timeout = Duration::from_millis(request.timeout_ms);
     let cap = request.output_cap;
-    chan.send(&HostMsg::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
+    request.clock_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+        .unwrap_or(0);
     chan.send(&HostMsg::Run(request))?;
     for chunk in stdin.chunks(CHUNK) {
         chan.send(&HostMsg::Stdin {
@@ -113,14 +193,21 @@ fn drive(
             Recv::Msg(AgentMsg::Output { stream, data }) => out.push(stream, &data),
             Recv::Msg(AgentMsg::Exit { status }) => break Ending::Agent(status),
             Recv::Msg(AgentMsg::Error { message }) => {
-                return Err(Error::Internal {
-                    message: format!("microvm: the guest agent refused the run: {message}"),
-                    source: None,
-                })
+                return Err(Error::setup(
+                    "microvm: the guest agent refused the run",
+                    std::io::Error::other(message),
+                ))
             }
             Recv::Msg(other) => return Err(unexpected(&other)),
             Recv::Deadline => break Ending::HostWall,
         }
+    };
+    let archives = match ending {
+        Ending::Agent(_) if !targets.is_empty() => receive_archives(&mut chan, vm, &targets, ctx)?,
+        _ => targets
+            .iter()
+            .map(|_| Err("the VM was switched off before the grant came back".to_string()))
+            .collect(),
     };
     Ok(VmRun {
         ending,
@@ -128,7 +215,75 @@ fn drive(
         stderr: out.stderr,
         boot,
         kernel,
+        archives,
     })
+}
+
+/// Receives every read-write grant's tar stream into its file, each capped.
+fn receive_archives(
+    chan: &mut Channel,
+    vm: &mut dyn VmInstance,
+    targets: &[ArchiveTarget],
+    ctx: &RunContext,
+) -> Result<Vec<Archive>> {
+    let mut files = Vec::new();
+    for target in targets {
+        let file = std::fs::File::create(&target.path)
+            .map_err(|e| Error::setup("microvm: archive file", e))?;
+        files.push((file, 0u64, None::<String>, false));
+    }
+    let deadline = Instant::now() + ARCHIVE_TIMEOUT;
+    let index_of = |mount: u32| targets.iter().position(|t| t.mount == mount);
+    while files.iter().any(|f| !f.3) {
+        match chan.recv(vm, deadline, ctx)? {
+            Recv::Msg(AgentMsg::Archive { mount, data }) => {
+                let Some(i) = index_of(mount) else {
+                    return Err(unexpected(&AgentMsg::Archive { mount, data }));
+                };
+                let (file, written, error, _) = &mut files[i];
+                if error.is_some() {
+                    continue;
+                }
+                *written += data.len() as u64;
+                if *written > targets[i].cap {
+                    *error = Some(format!(
+                        "the archive exceeds {} bytes (the grant's disk size)",
+                        targets[i].cap
+                    ));
+                } else if let Err(e) = file.write_all(&data) {
+                    *error = Some(format!("writing the archive: {e}"));
+                }
+            }
+            Recv::Msg(AgentMsg::ArchiveEnd { mount, error }) => {
+                let Some(i) = index_of(mount) else {
+                    return Err(unexpected(&AgentMsg::ArchiveEnd { mount, error }));
+                };
+                let slot = &mut files[i];
+                if slot.2.is_none() {
+                    slot.2 = error;
+                }
+                slot.3 = true;
+            }
+            Recv::Msg(other) => return Err(unexpected(&other)),
+            Recv::Deadline => {
+                for slot in files.iter_mut().filter(|f| !f.3) {
+                    slot.2 = Some(format!(
+                        "the grant did not come back within {} s",
+                        ARCHIVE_TIMEOUT.as_secs()
+                    ));
+                    slot.3 = true;
+                }
+            }
+        }
+    }
+    Ok(files
+        .into_iter()
+        .zip(targets)
+        .map(|((_, _, error, _), target)| match error {
+            None => Ok(target.path.clone()),
+            Some(why) => Err(why),
+        })
+        .collect())
 }
 
 fn unexpected(msg: &AgentMsg) -> Error {

@@ -41,6 +41,19 @@ impl fmt::Display for Accel {
     }
 }
 
+/// A disk image attached as a virtio block device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disk {
+    /// The raw image file.
+    pub path: PathBuf,
+    /// Opened read-only by the VMM: the guest cannot write it whatever it mounts or
+    /// remounts (writes fail with an I/O error).
+    pub read_only: bool,
+    /// The serial number the guest sees (`/sys/block/vdX/serial`), how the guest finds
+    /// the disk; at most 20 bytes.
+    pub serial: String,
+}
+
 /// One VM to start.
 #[derive(Clone, Debug)]
 pub struct VmConfig {
@@ -48,6 +61,8 @@ pub struct VmConfig {
     pub kernel: PathBuf,
     /// The initramfs as booted (agent segment + base archive).
     pub initrd: PathBuf,
+    /// Disks, in order (the root disk first).
+    pub disks: Vec<Disk>,
     /// Guest RAM in MiB.
     pub memory_mib: u64,
     /// Virtual CPUs.
@@ -61,6 +76,9 @@ pub struct VmConfig {
     pub console_cap: usize,
     /// How long the VMM may take to connect the agent channel after it started.
     pub connect_timeout: Duration,
+    /// Restore this saved VM state instead of booting (the devices must be the ones the
+    /// state was saved with; disk contents may differ).
+    pub incoming: Option<PathBuf>,
 }
 
 /// A virtual machine monitor that can start a VM with a kernel, an initramfs and an agent
@@ -93,6 +111,19 @@ pub trait VmInstance: Send {
     /// The tail of the serial console and of the VMM's own error output, for error
     /// messages.
     fn console_tail(&self) -> String;
+
+    /// Pauses the VM and saves its whole state (RAM, devices, vCPUs) to `path`, for
+    /// [`VmConfig::incoming`]. The VM stays paused.
+    ///
+    /// # Errors
+    /// When the VMM cannot save (the file is left incomplete; the caller removes it).
+    fn save(&mut self, path: &std::path::Path) -> Result<()>;
+
+    /// Waits until a VM started with [`VmConfig::incoming`] has loaded its state and runs.
+    ///
+    /// # Errors
+    /// When loading fails or `deadline` passes first.
+    fn wait_running(&mut self, deadline: std::time::Instant) -> Result<()>;
 
     /// Stops the VM: asks the VMM to quit (QMP `quit`), then kills it if it has not exited
     /// within a short grace period, and reaps it. Idempotent.

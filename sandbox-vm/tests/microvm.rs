@@ -84,6 +84,7 @@ fn qemus_of(parent: u32) -> Vec<String> {
 
 #[test]
 fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
+    let _turn = turn();
     let backend = backend();
     let before = strata_vm_dirs();
     let ctx = RunContext::default();
@@ -215,15 +216,16 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
 
 #[test]
 fn microvm_refuses_what_it_cannot_enforce() {
+    let _turn = turn();
     let backend = backend();
     let ctx = RunContext::default();
     let err = backend
         .run(
-            &Tool::script(ScriptLanguage::Python, "print(1)"),
+            &Tool::script(ScriptLanguage::Javascript, "console.log(1)"),
             &Caps::new(),
             &ctx,
         )
-        .expect_err("python");
+        .expect_err("javascript");
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(err.to_string().contains("root file system"), "{err}");
 
@@ -232,14 +234,29 @@ fn microvm_refuses_what_it_cannot_enforce() {
         .expect_err("net host");
     assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
 
+    // A file grant (grants are directories here) and too many grants: refused before
+    // anything boots.
     let err = backend
         .run(
             &Tool::command(["true"]),
-            &Caps::new().read_only("/etc"),
+            &Caps::new().read_only("/etc/hostname"),
             &ctx,
         )
-        .expect_err("mounts");
-    assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
+        .expect_err("file grant");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    assert!(err.to_string().contains("directories"), "{err}");
+    let mut many = Caps::new();
+    for i in 0..=sandbox_vm::grants::MAX_GRANTS {
+        many.mounts.push(sandbox_core::Mount::new(
+            "/etc".into(),
+            format!("/g{i}").into(),
+            sandbox_core::Access::ReadOnly,
+        ));
+    }
+    let err = backend
+        .run(&Tool::command(["true"]), &many, &ctx)
+        .expect_err("too many grants");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
 
     let accel = backend.accel().expect("probe");
     eprintln!("accel: {} ({})", accel.accel.describe(), accel.reason);
@@ -263,6 +280,7 @@ fn pid_of(stat: &str) -> String {
 
 #[test]
 fn qemu_of_a_sigkilled_embedder_dies_with_it() {
+    let _turn = turn();
     backend();
     // The killed embedder cannot remove its VM's temp dir: keep it out of the shared one.
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -309,4 +327,280 @@ fn qemu_of_a_sigkilled_embedder_dies_with_it() {
 #[ignore = "the embedder that qemu_of_a_sigkilled_embedder_dies_with_it kills"]
 fn sigkilled_embedder_inner() {
     let _ = backend().run(&sh("sleep 600"), &Caps::new(), &RunContext::default());
+}
+
+#[test]
+fn microvm_runs_python_and_no_run_sees_an_earlier_runs_writes() {
+    let _turn = turn();
+    let backend = backend();
+    let ctx = RunContext::default();
+    let script = "import sys, time, os\n\
+        print(sys.version_info[0], int(time.time()))\n\
+        print('seen' if os.path.exists('/usr/planted') else 'clean')\n\
+        open('/usr/planted', 'w').write('x')";
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let out = backend
+            .run(
+                &Tool::script(ScriptLanguage::Python, script),
+                &Caps::new(),
+                &ctx,
+            )
+            .expect("python");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status,
+            ExitStatus::Exited { code: 0 },
+            "{stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut lines = stdout.lines();
+        let mut first = lines.next().unwrap_or_default().split(' ');
+        assert_eq!(first.next(), Some("3"), "{stdout}");
+        // A restored guest's clock is the host's, not the snapshot's.
+        let guest_now: i64 = first.next().unwrap_or("0").parse().unwrap_or(0);
+        let host_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        assert!(
+            (host_now - guest_now).abs() < 600,
+            "guest clock {guest_now}, host {host_now}"
+        );
+        seen.push(lines.next().unwrap_or_default().to_string());
+        assert!(
+            detail_has(&out.receipt, Capability::Fs, "python3="),
+            "{}",
+            out.receipt
+        );
+        assert!(
+            detail_has(
+                &out.receipt,
+                Capability::Processes,
+                "restored from a snapshot"
+            ),
+            "{}",
+            out.receipt
+        );
+    }
+    // The second VM is restored from the same snapshot: the first run's write is gone.
+    assert_eq!(seen, vec!["clean", "clean"]);
+}
+
+/// Whether an enforcement of `capability` mentions `text` in its detail.
+fn detail_has(receipt: &sandbox_core::Receipt, capability: Capability, text: &str) -> bool {
+    receipt
+        .enforced_for(capability)
+        .any(|e| e.detail.contains(text))
+}
+
+/// VM tests take turns: two TCG guests on two shared cores slow each other, and each test
+/// checks that it left no QEMU behind.
+static ONE_VM_TEST_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_VM_TEST_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A private directory for a grant test.
+fn grant_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("strata-grant-{name}-"))
+        .tempdir()
+        .expect("grant dir")
+}
+
+/// Guest root remounts a read-only grant read-write, writes a file and the raw device, and
+/// syncs: nothing is durable (the VMM opened the image readonly=on) and the host directory is
+/// unchanged.
+const REMOUNT_AND_WRITE: &str = r#"
+import os, subprocess
+print(open("/data/keep.txt").read())
+r = subprocess.run(["mount", "-o", "remount,rw", "/data"], capture_output=True)
+print("remount", r.returncode)
+try:
+    fd = os.open("/data/planted.txt", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"planted")
+    os.fsync(fd)
+    print("FILE-WRITE-DURABLE")
+except OSError as e:
+    print("file write failed", e.errno)
+dev = None
+for d in os.listdir("/sys/block"):
+    try:
+        if open(f"/sys/block/{d}/serial").read().strip() == "strata-g0":
+            dev = "/dev/" + d
+    except OSError:
+        pass
+try:
+    fd = os.open(dev, os.O_WRONLY)
+    os.write(fd, b"\0" * 4096)
+    os.fsync(fd)
+    print("DEVICE-WRITE-DURABLE")
+except OSError as e:
+    print("device write failed", e.errno)
+"#;
+
+#[test]
+fn read_only_grant_survives_guest_root_remounting_it_read_write() {
+    let _turn = turn();
+    let backend = backend();
+    let ctx = RunContext::default();
+    let data = grant_dir("ro");
+    std::fs::write(data.path().join("keep.txt"), "original").expect("write");
+    let caps = Caps::new().mount(data.path(), "/data", sandbox_core::Access::ReadOnly);
+    for (name, backend) in [
+        ("restored", backend),
+        ("cold", self::backend().snapshots(false)),
+    ] {
+        let out = backend
+            .run(
+                &Tool::script(ScriptLanguage::Python, REMOUNT_AND_WRITE),
+                &caps,
+                &ctx,
+            )
+            .expect("run");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        eprintln!("{name}: {stdout}");
+        assert!(
+            !stdout.contains("DURABLE"),
+            "{name}: a write to a read-only grant was durable: {stdout}"
+        );
+        assert!(
+            stdout.contains("original"),
+            "{name}: {stdout} {:?}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            detail_has(&out.receipt, Capability::Fs, "readonly=on"),
+            "{}",
+            out.receipt
+        );
+        let names: Vec<_> = std::fs::read_dir(data.path())
+            .expect("read")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            vec!["keep.txt"],
+            "{name}: the host directory changed"
+        );
+        assert_eq!(
+            std::fs::read_to_string(data.path().join("keep.txt")).expect("read"),
+            "original"
+        );
+    }
+}
+
+#[test]
+fn read_write_grant_comes_back_through_the_filter() {
+    let _turn = turn();
+    use std::os::unix::fs::PermissionsExt;
+    let backend = backend();
+    let ctx = RunContext::default();
+    let work = grant_dir("rw");
+    let root = work.path();
+    std::fs::write(root.join("edit.txt"), "before").expect("write");
+    std::fs::write(root.join("delete.txt"), "bye").expect("write");
+    std::fs::create_dir(root.join("olddir")).expect("mkdir");
+    std::fs::write(root.join("olddir/inner.txt"), "x").expect("write");
+    std::os::unix::fs::symlink("edit.txt", root.join("kept-link")).expect("symlink");
+    let script = "set -e; cd /work; \
+        printf 'after\\0bin' > edit.txt; rm delete.txt; rm -r olddir; \
+        mkdir -p new/deep; echo made > new/deep/file.txt; \
+        ln new/deep/file.txt hard.txt; \
+        ln -s /etc/passwd escape-link; ln -sfn /etc kept-link2; \
+        mkfifo fifo; mknod dev c 1 3; \
+        echo s > suid; chmod 4755 suid; \
+        echo done";
+    let caps = Caps::new().mount(root, "/work", sandbox_core::Access::ReadWrite);
+    let out = backend
+        .run(&Tool::command(["/bin/sh", "-c", script]), &caps, &ctx)
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status,
+        ExitStatus::Exited { code: 0 },
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{}", out.receipt);
+    assert_eq!(
+        std::fs::read(root.join("edit.txt")).expect("edit"),
+        b"after\0bin",
+        "binary-exact write back"
+    );
+    assert!(!root.join("delete.txt").exists(), "deletion not applied");
+    assert!(
+        !root.join("olddir").exists(),
+        "directory deletion not applied"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("new/deep/file.txt")).expect("new"),
+        "made\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("hard.txt")).expect("hard link"),
+        "made\n"
+    );
+    // The symbolic link the host already had is kept; new ones, the FIFO and the device
+    // are refused; the setuid bit is dropped.
+    assert_eq!(
+        std::fs::read_link(root.join("kept-link")).expect("kept"),
+        Path::new("edit.txt")
+    );
+    for refused in ["escape-link", "kept-link2", "fifo", "dev"] {
+        assert!(
+            std::fs::symlink_metadata(root.join(refused)).is_err(),
+            "{refused} was written back"
+        );
+        assert!(
+            out.receipt
+                .denials
+                .iter()
+                .any(|d| d.detail.contains(refused)),
+            "{refused} not listed as refused: {}",
+            out.receipt
+        );
+    }
+    let mode = std::fs::metadata(root.join("suid"))
+        .expect("suid")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o755, "setuid bit kept: {mode:o}");
+    assert!(
+        out.receipt.has(Capability::Fs, "written back"),
+        "{}",
+        out.receipt
+    );
+    assert!(
+        detail_has(&out.receipt, Capability::Fs, "refused"),
+        "{}",
+        out.receipt
+    );
+}
+
+#[test]
+fn grant_behind_a_planted_symlink_is_refused() {
+    let _turn = turn();
+    let backend = backend();
+    let base = grant_dir("link");
+    std::fs::create_dir(base.path().join("real")).expect("mkdir");
+    std::os::unix::fs::symlink(base.path().join("real"), base.path().join("ws")).expect("symlink");
+    let err = backend
+        .run(
+            &Tool::command(["true"]),
+            &Caps::new().mount(
+                base.path().join("ws"),
+                "/work",
+                sandbox_core::Access::ReadWrite,
+            ),
+            &RunContext::default(),
+        )
+        .expect_err("symlinked grant");
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    assert!(err.to_string().contains("symbolic link"), "{err}");
 }

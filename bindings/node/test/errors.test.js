@@ -135,9 +135,9 @@ describe('other refusals carry their own code', () => {
   })
 
   test('a tool the backend cannot run here: backend_unavailable', async (t) => {
-    // The microvm guest has no python3 yet: refused before anything boots.
+    // The microvm guest has no JavaScript runtime: refused before anything boots.
     const error = await refusedAndNothingRan(t, 'backend_unavailable', () =>
-      new Sandbox({ backend: 'microvm' }).run(Tool.script('python', 'print(1)'), {}),
+      new Sandbox({ backend: 'microvm' }).run(Tool.script('javascript', 'console.log(1)'), {}),
     )
     assert.ok(error instanceof strata.BackendUnavailableError)
     assert.equal(error.backend, 'microvm')

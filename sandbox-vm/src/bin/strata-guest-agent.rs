@@ -1,12 +1,15 @@
 //! Strata's guest agent: PID 1's successor inside the microVM (`/init` execs it).
 //!
 //! It opens the virtio-serial port named `org.strata.agent`, says [`AgentMsg::Ready`],
-//! checks the host's [`HostMsg::Hello`] version, and runs one [`RunRequest`]: host entropy
-//! mixed into the guest RNG and a forced reseed first, then the command with exactly the
-//! given environment, rlimits and working directory, in its own process group, stdin fed
-//! from the host's chunks, stdout and stderr forwarded up to the output cap, the wall-clock
-//! limit enforced here too (the host kills the whole VM a little later regardless). Then it
-//! reports [`AgentMsg::Exit`] and waits to be switched off.
+//! answers the host's [`HostMsg::Hello`] with [`AgentMsg::Welcome`] (a VM restored from a
+//! snapshot resumes here, waiting for that hello), and runs one [`RunRequest`]: the guest
+//! clock set to the host's, host entropy mixed into the guest RNG and a forced reseed, the
+//! run's disks mounted (`nosuid,nodev`), then the command with exactly the given
+//! environment, rlimits and working directory, in its own process group, stdin fed from the
+//! host's chunks, stdout and stderr forwarded up to the output cap, the wall-clock limit
+//! enforced here too (the host kills the whole VM a little later regardless). Then it
+//! reports [`AgentMsg::Exit`], sends each read-write grant back as a tar stream, and waits
+//! to be switched off.
 //!
 //! Linux only; runs as root in the guest.
 
@@ -22,8 +25,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sandbox_vm::protocol::{
-    encode, AgentMsg, Decoder, GuestExit, GuestLimit, GuestRlimits, HostMsg, OutStream, RunRequest,
-    PORT_NAME, PROTOCOL_VERSION,
+    encode, AgentMsg, Decoder, GuestExit, GuestLimit, GuestMount, GuestRlimits, HostMsg, OutStream,
+    RunRequest, CHUNK, PORT_NAME, PROTOCOL_VERSION,
 };
 
 /// `_IO('R', 0x07)`: reseed the kernel's CRNG from its input pool now (root only).
@@ -58,6 +61,8 @@ fn main() {
     );
     let mut decoder = Decoder::new();
     let mut next = || read_msg(&mut reader, &mut decoder);
+    // A VM restored from a snapshot resumes in this wait: the hello is the host's first word
+    // to every run.
     match next() {
         Some(HostMsg::Hello { version }) if version == PROTOCOL_VERSION => {}
         Some(HostMsg::Hello { version }) => refuse(
@@ -66,17 +71,218 @@ fn main() {
         ),
         other => refuse(&port, &format!("expected hello, got {other:?}")),
     }
+    send(
+        &port,
+        &AgentMsg::Welcome {
+            version: PROTOCOL_VERSION,
+            kernel: rustix::system::uname()
+                .release()
+                .to_string_lossy()
+                .into_owned(),
+        },
+    );
     let request = match next() {
         Some(HostMsg::Run(request)) => request,
         other => refuse(&port, &format!("expected run, got {other:?}")),
     };
+    set_clock(request.clock_unix_ns);
     reseed(&request.entropy);
+    if let Err(message) = mount_all(&request.mounts) {
+        refuse(&port, &message);
+    }
+    let mounts = request.mounts.clone();
     let status = run(&port, request, reader, decoder);
     send(&port, &AgentMsg::Exit { status });
+    for (index, mount) in mounts.iter().enumerate() {
+        if mount.writable {
+            send_archive(&port, index as u32, mount);
+        }
+    }
     // The host switches the VM off; PID 1 must not exit (that would panic the kernel).
     loop {
         thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// Sets the guest's wall clock to the host's (a restored VM wakes with the snapshot's).
+fn set_clock(unix_ns: u64) {
+    if unix_ns == 0 {
+        return;
+    }
+    let now = rustix::time::Timespec {
+        tv_sec: (unix_ns / 1_000_000_000) as i64,
+        tv_nsec: (unix_ns % 1_000_000_000) as _,
+    };
+    if let Err(e) = rustix::time::clock_settime(rustix::time::ClockId::Realtime, now) {
+        eprintln!("strata-guest-agent: clock_settime: {e}");
+    }
+}
+
+/// `BLKFLSBUF`: drop the block device's cached pages (a restored VM may hold pages of the
+/// placeholder disk its snapshot was taken with).
+const BLKFLSBUF: libc::c_ulong = 0x1261;
+
+/// The block device whose virtio serial is `serial`.
+fn disk_by_serial(serial: &str) -> Option<PathBuf> {
+    let entries = std::fs::read_dir("/sys/block").ok()?;
+    entries.flatten().find_map(|entry| {
+        let found = std::fs::read_to_string(entry.path().join("serial")).ok()?;
+        (found.trim() == serial).then(|| PathBuf::from("/dev").join(entry.file_name()))
+    })
+}
+
+fn mount_all(mounts: &[GuestMount]) -> Result<(), String> {
+    use rustix::mount::{mount, MountFlags};
+    for m in mounts {
+        let dev = disk_by_serial(&m.serial)
+            .ok_or_else(|| format!("no disk with serial {} in the guest", m.serial))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .open(&dev)
+            .map_err(|e| format!("open {}: {e}", dev.display()))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: BLKFLSBUF takes no argument; the descriptor is open for the whole call.
+        let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKFLSBUF) };
+        if rc != 0 {
+            return Err(format!(
+                "BLKFLSBUF {}: {}",
+                dev.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        drop(file);
+        std::fs::create_dir_all(&m.target).map_err(|e| format!("mkdir {}: {e}", m.target))?;
+        let mut flags = MountFlags::NOSUID | MountFlags::NODEV;
+        if !m.writable {
+            flags |= MountFlags::RDONLY;
+        }
+        let data: Option<&std::ffi::CStr> = if m.writable { None } else { Some(c"noload") };
+        mount(dev.as_path(), m.target.as_str(), "ext4", flags, data)
+            .map_err(|e| format!("mount {} on {}: {e}", dev.display(), m.target))?;
+    }
+    Ok(())
+}
+
+/// Sends `mount`'s tree as a tar stream in [`AgentMsg::Archive`] chunks, then
+/// [`AgentMsg::ArchiveEnd`]. Symbolic links are archived as links (never followed);
+/// devices, FIFOs and sockets as headers without data; hard links as links to the first
+/// path seen. The host decides what it accepts.
+fn send_archive(port: &Port, index: u32, mount: &GuestMount) {
+    let writer = ArchiveChunks {
+        port: Arc::clone(port),
+        mount: index,
+        buf: Vec::with_capacity(CHUNK),
+    };
+    let mut builder = tar::Builder::new(writer);
+    let result = archive_tree(&mut builder, std::path::Path::new(&mount.target))
+        .and_then(|()| builder.into_inner())
+        .and_then(|mut chunks| chunks.flush());
+    send(
+        port,
+        &AgentMsg::ArchiveEnd {
+            mount: index,
+            error: result.err().map(|e| e.to_string()),
+        },
+    );
+}
+
+struct ArchiveChunks {
+    port: Port,
+    mount: u32,
+    buf: Vec<u8>,
+}
+
+impl Write for ArchiveChunks {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let room = CHUNK - self.buf.len();
+        let take = bytes.len().min(room);
+        self.buf.extend_from_slice(&bytes[..take]);
+        if self.buf.len() == CHUNK {
+            self.flush()?;
+        }
+        Ok(take)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            let data = std::mem::take(&mut self.buf);
+            send(
+                &self.port,
+                &AgentMsg::Archive {
+                    mount: self.mount,
+                    data,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+fn archive_tree(
+    builder: &mut tar::Builder<ArchiveChunks>,
+    root: &std::path::Path,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut seen = std::collections::HashMap::<(u64, u64), PathBuf>::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = root.join(&rel);
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = rel.join(entry.file_name());
+            if path.as_os_str() == "lost+found" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(entry.path())?;
+            let ft = meta.file_type();
+            let mut header = tar::Header::new_gnu();
+            header.set_mode(meta.mode() & 0o7777);
+            header.set_mtime(meta.mtime().max(0) as u64);
+            header.set_size(0);
+            if ft.is_dir() {
+                header.set_entry_type(tar::EntryType::Directory);
+                builder.append_data(&mut header, &path, std::io::empty())?;
+                stack.push(path);
+            } else if ft.is_symlink() {
+                header.set_entry_type(tar::EntryType::Symlink);
+                let target = std::fs::read_link(entry.path())?;
+                builder.append_link(&mut header, &path, target)?;
+            } else if ft.is_file()
+                && meta.nlink() > 1
+                && seen.contains_key(&(meta.dev(), meta.ino()))
+            {
+                header.set_entry_type(tar::EntryType::Link);
+                let first = seen[&(meta.dev(), meta.ino())].clone();
+                builder.append_link(&mut header, &path, first)?;
+            } else if ft.is_file() {
+                if meta.nlink() > 1 {
+                    seen.insert((meta.dev(), meta.ino()), path.clone());
+                }
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_size(meta.len());
+                let file = File::open(entry.path())?;
+                builder.append_data(&mut header, &path, file.take(meta.len()))?;
+            } else {
+                let kind = if ft.is_char_device() {
+                    tar::EntryType::Char
+                } else if ft.is_block_device() {
+                    tar::EntryType::Block
+                } else if ft.is_fifo() {
+                    tar::EntryType::Fifo
+                } else {
+                    // A socket: tar has no type for it; announce it as a FIFO (refused alike).
+                    tar::EntryType::Fifo
+                };
+                header.set_entry_type(kind);
+                let rdev = meta.rdev();
+                header.set_device_major(libc::major(rdev))?;
+                header.set_device_minor(libc::minor(rdev))?;
+                builder.append_data(&mut header, &path, std::io::empty())?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `/dev/vportNpM` whose sysfs `name` is [`PORT_NAME`], waiting for the device node.
