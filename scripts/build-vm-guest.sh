@@ -29,7 +29,7 @@ mkdir -p "$out"
 exec 9>"$out/.lock"
 flock 9
 
-version=3 # bump when the recipe changes
+version=5 # bump when the recipe changes
 meta=linux-image-cloud-amd64
 modules=(virtio_mmio virtio_console virtio_blk overlay)
 
@@ -209,11 +209,14 @@ mount -t devtmpfs dev /dev
 for m in /lib/modules/*.ko; do
   insmod "$m" || echo "strata-init: insmod $m failed" >&2
 done
-root=""
-for d in /sys/block/vd*; do
-  [ "$(cat "$d/serial" 2>/dev/null)" = strata-root ] && root="/dev/${d##*/}"
-done
-[ -n "$root" ] || { echo "strata-init: no root disk (serial strata-root)" >&2; exec sh; }
+disk() { # the /dev node of the virtio disk whose serial is $1
+  for d in /sys/block/vd*; do
+    [ "$(cat "$d/serial" 2>/dev/null)" = "$1" ] && { echo "/dev/${d##*/}"; return; }
+  done
+}
+root="$(disk strata-root)"
+tools="$(disk strata-tools)"
+[ -n "$root" ] && [ -n "$tools" ] || { echo "strata-init: root or tools disk missing" >&2; exec sh; }
 mkdir -p /lower /rw
 mount -t ext4 -o ro,nodev,noload "$root" /lower || { echo "strata-init: mount $root failed" >&2; exec sh; }
 # The root: the read-only disk under a tmpfs upper layer (writes stay in guest RAM).
@@ -223,10 +226,15 @@ mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work root /ne
   || { echo "strata-init: overlay root failed" >&2; exec sh; }
 mount -t tmpfs -o mode=1777,nosuid,nodev tmp /newroot/tmp
 mount -t tmpfs -o mode=0755,nosuid,nodev run /newroot/run
-mkdir -p /newroot/run/strata
-cp /strata-guest-agent /newroot/run/strata/strata-guest-agent
+mkdir -p /newroot/run/strata/tools
+mount -t ext4 -o ro,nodev,noload "$tools" /newroot/run/strata/tools \
+  || { echo "strata-init: mount $tools failed" >&2; exec sh; }
 for fs in dev proc sys; do mount --move /$fs /newroot/$fs; done
-exec switch_root /newroot /run/strata/strata-guest-agent
+mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup || echo "strata-init: no cgroup2" >&2
+# Delegate the controllers the process backend inside the guest limits runs with.
+echo "+memory +pids +cpu" > /newroot/sys/fs/cgroup/cgroup.subtree_control \
+  || echo "strata-init: cannot enable cgroup controllers" >&2
+exec switch_root /newroot /run/strata/tools/strata-guest-agent
 EOF
   chmod 0755 "$rd/init"
 

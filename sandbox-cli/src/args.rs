@@ -127,6 +127,19 @@ pub struct RunArgs {
     /// Print one JSON object with the result and the receipt.
     #[arg(long)]
     pub json: bool,
+    /// Read the caps from a JSON file (the shape of schema/caps.schema.json) instead of the
+    /// caps flags, which are refused with it.
+    #[arg(long = "caps", value_name = "FILE", conflicts_with_all = [
+        "read_only", "read_write", "read_only_follow", "read_write_follow",
+        "allow_host_executed_writes", "workdir", "env", "net", "timeout", "cpu_time", "memory",
+        "processes", "output", "disk", "egress_bytes", "egress_connections", "image", "runtime",
+        "secret", "agent",
+    ])]
+    pub caps_file: Option<PathBuf>,
+    /// Also write the result as JSON to FILE when the run ends: status, limits and receipt
+    /// (not the output, which streams as usual), or `{"error": {kind, message}}`.
+    #[arg(long = "result-file", value_name = "FILE")]
+    pub result_file: Option<PathBuf>,
     /// The program and its arguments (or the script source).
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -142,6 +155,8 @@ pub struct Request {
     pub stdin: bool,
     /// Do not neutralise control sequences on a terminal.
     pub raw_output: bool,
+    /// Where to write the result JSON (`--result-file`).
+    pub result_file: Option<PathBuf>,
 }
 
 /// A `HOST[:GUEST]` argument as a mount: HOST made absolute against `cwd` (lexically), and
@@ -203,10 +218,16 @@ impl RunArgs {
     /// Validates the arguments and builds the request. Nothing runs here.
     pub fn into_request(self) -> Result<Request> {
         let backend: BackendChoice = self.backend.parse()?;
+        let microvm = backend == BackendChoice::Only(strata::BackendKind::Microvm);
+        if self.runtime.is_some() && microvm {
+            return Err(Error::invalid(
+                "--runtime is for --backend container (the microvm backend runs images with the native runtime inside the guest)",
+            ));
+        }
         if self.image.is_some() || self.runtime.is_some() {
-            if backend != BackendChoice::Only(strata::BackendKind::Container) {
+            if backend != BackendChoice::Only(strata::BackendKind::Container) && !microvm {
                 return Err(Error::invalid(
-                    "--image and --runtime need --backend container",
+                    "--image needs --backend container or microvm; --runtime needs --backend container",
                 ));
             }
             if let Some(runtime) = &self.runtime {
@@ -217,7 +238,14 @@ impl RunArgs {
                 }
             }
         }
-        let mut caps = Caps::new();
+        let mut caps = match &self.caps_file {
+            Some(file) => {
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| Error::invalid(format!("--caps {}: {e}", file.display())))?;
+                Caps::from_json(&text)?
+            }
+            None => Caps::new(),
+        };
         let grants = [
             (&self.read_only, Access::ReadOnly, false),
             (&self.read_write, Access::ReadWrite, false),
@@ -248,7 +276,9 @@ impl RunArgs {
                 .ok_or_else(|| Error::invalid(format!("--env {pair:?}: expected KEY=VALUE")))?;
             caps = caps.env(key, value);
         }
-        caps.net = self.net.parse::<Net>()?;
+        if self.caps_file.is_none() {
+            caps.net = self.net.parse::<Net>()?;
+        }
         if let Some(t) = self.timeout {
             caps.limits.timeout = seconds("timeout", t)?;
         }
@@ -282,7 +312,9 @@ impl RunArgs {
             if let Some(runtime) = &self.runtime {
                 caps = caps.runtime(runtime.parse::<ContainerRuntime>()?);
             }
-        } else if backend == BackendChoice::Only(strata::BackendKind::Container) {
+        } else if backend == BackendChoice::Only(strata::BackendKind::Container)
+            && caps.container.is_none()
+        {
             return Err(Error::invalid(
                 "--backend container needs --image REF (an OCI layout, an image archive, a root file system directory, or an engine image name)",
             ));
@@ -303,7 +335,8 @@ impl RunArgs {
                 let program = &self.command[0];
                 let is_wasm = program.ends_with(".wasm") || program.ends_with(".wat");
                 let wants_wasm = backend == BackendChoice::Only(strata::BackendKind::Wasm)
-                    || (backend == BackendChoice::Auto && is_wasm);
+                    || (backend == BackendChoice::Auto && is_wasm)
+                    || (backend == BackendChoice::Only(strata::BackendKind::Microvm) && is_wasm);
                 if wants_wasm {
                     Tool::wasm(program, self.command[1..].iter().cloned())
                 } else {
@@ -323,6 +356,7 @@ impl RunArgs {
             caps,
             stdin: self.stdin,
             raw_output: self.raw_output,
+            result_file: self.result_file,
         })
     }
 }
@@ -383,7 +417,13 @@ mod tests {
             }
         }
         // Switches of the CLI itself, not caps or run options.
-        let own = ["--script", "--raw-output", "--json"];
+        let own = [
+            "--script",
+            "--raw-output",
+            "--json",
+            "--caps",
+            "--result-file",
+        ];
         let unnamed: Vec<&String> = flags
             .keys()
             .filter(|f| !named.contains(f) && !own.contains(&f.as_str()))

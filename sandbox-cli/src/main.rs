@@ -63,26 +63,56 @@ fn main() -> ExitCode {
     }
 }
 
-fn fail(err: &Error, json: bool) -> ExitCode {
-    let code: u8 = if err.kind() == ErrorKind::InvalidRequest {
+/// The `{"error": {kind, message}}` object of `--json` and `--result-file`.
+fn error_json(err: &Error) -> serde_json::Value {
+    serde_json::json!({ "error": { "kind": err.kind().code(), "message": err.to_string() } })
+}
+
+/// Writes `value` to `--result-file` (when given), replacing the file whole.
+fn write_result(file: Option<&std::path::Path>, value: &serde_json::Value) {
+    let Some(file) = file else {
+        return;
+    };
+    let partial = file.with_extension("partial");
+    let written =
+        std::fs::write(&partial, value.to_string()).and_then(|()| std::fs::rename(&partial, file));
+    if let Err(e) = written {
+        eprintln!("strata: --result-file {}: {e}", file.display());
+    }
+}
+
+/// The exit code of a run that did not happen: 2 for a bad request, 125 otherwise.
+fn error_code(err: &Error) -> ExitCode {
+    ExitCode::from(if err.kind() == ErrorKind::InvalidRequest {
         2
     } else {
         125
-    };
+    })
+}
+
+fn fail(err: &Error, json: bool) -> ExitCode {
     if json {
-        let value = serde_json::json!({ "error": { "kind": err.kind().code(), "message": err.to_string() } });
-        let _ = writeln!(std::io::stdout(), "{value}");
+        let _ = writeln!(std::io::stdout(), "{}", error_json(err));
     } else {
         eprintln!("strata: {err}");
     }
-    ExitCode::from(code)
+    error_code(err)
 }
 
 fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
+    let result_file = args.result_file.clone();
     let request = match args.into_request() {
         Ok(r) => r,
-        Err(e) => return fail(&e, json),
+        Err(e) => {
+            write_result(result_file.as_deref(), &error_json(&e));
+            return if result_file.is_some() {
+                // The caller reads the error from the result file.
+                error_code(&e)
+            } else {
+                fail(&e, json)
+            };
+        }
     };
     // One run per process: no sandboxes built ahead of time, and the host probe read from
     // the state directory instead of probing on every start.
@@ -117,18 +147,30 @@ fn run(args: RunArgs) -> ExitCode {
     if let Some(sink) = &passthrough {
         sink.finish();
     }
+    match &result {
+        Ok(out) => {
+            let mut value = out.to_json();
+            if let Some(object) = value.as_object_mut() {
+                object.remove("stdout");
+                object.remove("stderr");
+            }
+            write_result(request.result_file.as_deref(), &value);
+        }
+        Err(e) => write_result(request.result_file.as_deref(), &error_json(e)),
+    }
     match result {
         Ok(out) => {
             if json {
                 let _ = writeln!(std::io::stdout(), "{}", out.to_json());
             } else {
                 let _ = std::io::stdout().flush();
-                if let Some(limit) = out.limit() {
+                if let (Some(limit), None) = (out.limit(), &request.result_file) {
                     eprintln!("strata: run ended by the {limit} limit");
                 }
             }
             ExitCode::from(u8::try_from(out.cli_exit_code().clamp(0, 255)).unwrap_or(255))
         }
+        Err(e) if request.result_file.is_some() => error_code(&e),
         Err(e) => fail(&e, json),
     }
 }

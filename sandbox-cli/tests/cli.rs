@@ -3,6 +3,7 @@
 //! Needs `strata-helper` next to the `strata` binary (built by `cargo test --workspace`),
 //! and `script` from util-linux for the terminal tests.
 
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -799,5 +800,118 @@ fn rw_grant_keeps_git_hooks_read_only_unless_allow_host_executed_writes() {
     assert_eq!(
         std::fs::read_to_string(hooks.join("pre-commit")).expect("hook"),
         "evil\n"
+    );
+}
+
+#[test]
+fn caps_file_and_result_file_carry_a_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let caps = dir.path().join("caps.json");
+    let result = dir.path().join("result.json");
+    std::fs::write(
+        &caps,
+        r#"{"env": {"GREETING": "hi"}, "limits": {"timeout_ms": 5000}}"#,
+    )
+    .expect("caps");
+    let out = strata(&[
+        "run",
+        "--backend",
+        "process",
+        "--caps",
+        caps.to_str().expect("utf-8"),
+        "--result-file",
+        result.to_str().expect("utf-8"),
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo $GREETING; exit 4",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hi\n");
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&result).expect("result")).expect("json");
+    assert_eq!(value["exit_code"], 4);
+    assert_eq!(value["receipt"]["backend"], "process");
+    assert!(value.get("stdout").is_none(), "the output is not repeated");
+
+    // A caps flag next to --caps is refused; a bad caps file names the problem, in the
+    // result file too, and nothing runs.
+    let out = strata(&[
+        "run",
+        "--caps",
+        caps.to_str().expect("utf-8"),
+        "--env",
+        "A=b",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::write(&caps, r#"{"limits": {"timeout": 5}}"#).expect("caps");
+    let out = strata(&[
+        "run",
+        "--caps",
+        caps.to_str().expect("utf-8"),
+        "--result-file",
+        result.to_str().expect("utf-8"),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&result).expect("result")).expect("json");
+    assert_eq!(value["error"]["kind"], "invalid_request", "{value}");
+    assert!(
+        value["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("timeout"),
+        "{value}"
+    );
+}
+
+#[test]
+fn microvm_runs_python_and_an_image_from_the_cli() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for script in ["scripts/build-vm-guest.sh", "scripts/build-test-images.sh"] {
+        let built = Command::new(repo.join(script)).output().expect(script);
+        assert!(built.status.success(), "{script}: {}", text(&built.stderr));
+    }
+    let path = [("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")];
+    let out = strata_with_env(
+        &[
+            "run",
+            "--backend",
+            "microvm",
+            "--",
+            "python3",
+            "-c",
+            "print(1)",
+        ],
+        &path,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "1\n");
+    let image = repo.join(".ci/cache/images/busybox-oci");
+    let out = strata_with_env(
+        &[
+            "run",
+            "--backend",
+            "microvm",
+            "--image",
+            image.to_str().expect("utf-8"),
+            "--json",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo from-image",
+        ],
+        &path,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(value["stdout"], "from-image\n", "{value}");
+    assert_eq!(
+        value["receipt"]["layers"],
+        serde_json::json!(["microvm", "container"])
     );
 }

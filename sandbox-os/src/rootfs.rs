@@ -507,7 +507,60 @@ fn scratch_tmpfs(spec: &Spec) -> Result<OwnedFd, StepError> {
             sys::mkdirat(scratch.as_raw_fd(), Path::new(dir), mode),
         )?;
     }
-    Ok(scratch)
+    attach_for_old_kernels(scratch)
+}
+
+/// Kernels before 6.15 refuse to clone (`open_tree(OPEN_TREE_CLONE)`) a directory of a
+/// mount that is not attached to a mount namespace (EINVAL). There the scratch tmpfs is
+/// first attached on a spare directory of this private namespace (never on a host file
+/// system: over an existing directory, like the staging root; it goes away with the old
+/// root after `pivot_root`), and the returned descriptor is its attached root.
+fn attach_for_old_kernels(scratch: OwnedFd) -> Result<OwnedFd, StepError> {
+    match sys::open_tree(
+        scratch.as_raw_fd(),
+        c"tmp",
+        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC,
+    ) {
+        Ok(_) => return Ok(scratch),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+        Err(e) => {
+            return Err(StepError {
+                stage: "clone scratch tmp".into(),
+                source: e,
+            })
+        }
+    }
+    let staging = staging_dir();
+    let spare = ["/tmp", "/run", "/mnt", "/var/tmp"]
+        .iter()
+        .map(Path::new)
+        .find(|p| *p != staging && p.is_dir())
+        .ok_or_else(|| StepError {
+            stage: "attach scratch tmpfs: no spare directory (/run, /mnt, /var/tmp)".into(),
+            source: io::Error::from_raw_os_error(libc::ENOENT),
+        })?;
+    let target = step(
+        || format!("open {}", spare.display()),
+        sys::openat2(
+            libc::AT_FDCWD,
+            spare,
+            (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+            RESOLVE_NO_SYMLINKS,
+        ),
+    )?;
+    step(
+        || format!("attach scratch tmpfs on {}", spare.display()),
+        sys::move_mount_fd(scratch.as_raw_fd(), target.as_raw_fd()),
+    )?;
+    step(
+        || format!("open scratch tmpfs on {}", spare.display()),
+        sys::openat2(
+            libc::AT_FDCWD,
+            spare,
+            (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+            RESOLVE_NO_SYMLINKS,
+        ),
+    )
 }
 
 fn attach_scratch_dir(

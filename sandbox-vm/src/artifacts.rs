@@ -1,12 +1,17 @@
-//! Where the guest comes from: the kernel and base initramfs built by
-//! `scripts/build-vm-guest.sh`, and the `strata-guest-agent` binary.
+//! Where the guest comes from: the kernel, initramfs and root image built by
+//! `scripts/build-vm-guest.sh`, and the guest tools disk: an ext4 image (built here, cached)
+//! holding `strata-guest-agent` and, when found next to it, the `strata` CLI and
+//! `strata-helper`, which the agent uses to run tools under the process, container and wasm
+//! backends inside the guest.
 
 use std::path::{Path, PathBuf};
 
-use crate::initramfs::{agent_segment, AGENT_PATH};
-
 /// The agent binary's file name.
 pub const AGENT_NAME: &str = "strata-guest-agent";
+
+/// The binaries the guest runs tools with, looked for next to the agent: the CLI and the
+/// process backend's helper.
+pub const INNER_TOOLS: [&str; 2] = ["strata", "strata-helper"];
 
 /// The command that builds the guest artifacts, for error messages.
 pub const BUILD_HINT: &str =
@@ -27,6 +32,9 @@ pub struct GuestArtifacts {
     pub rootfs_version: String,
     /// The guest agent binary.
     pub agent: PathBuf,
+    /// `strata` and `strata-helper` for the layers inside the guest, when both were found
+    /// next to the agent.
+    pub inner: Option<[PathBuf; 2]>,
 }
 
 impl GuestArtifacts {
@@ -76,6 +84,10 @@ impl GuestArtifacts {
                 agent.display()
             ));
         }
+        let inner = agent.parent().and_then(|dir| {
+            let [cli, helper] = INNER_TOOLS.map(|name| dir.join(name));
+            (cli.is_file() && helper.is_file()).then_some([cli, helper])
+        });
         Ok(GuestArtifacts {
             kernel,
             initramfs,
@@ -83,19 +95,83 @@ impl GuestArtifacts {
             rootfs,
             rootfs_version,
             agent,
+            inner,
         })
     }
 
-    /// The initramfs as booted: the agent as an uncompressed cpio segment, then the base
-    /// archive.
+    /// The guest tools disk under `store` (built on first use, then reused while the
+    /// binaries are unchanged; older ones are removed): the agent, and `strata` and
+    /// `strata-helper` when found.
     ///
     /// # Errors
-    /// When a file cannot be read.
-    pub fn boot_initrd(&self) -> std::io::Result<Vec<u8>> {
-        let agent = std::fs::read(&self.agent)?;
-        let mut initrd = agent_segment(AGENT_PATH, &agent)?;
-        initrd.extend(std::fs::read(&self.initramfs)?);
-        Ok(initrd)
+    /// When the binaries cannot be copied or `mke2fs` fails.
+    pub fn tools_image(&self, store: &Path) -> std::io::Result<PathBuf> {
+        use std::hash::{Hash, Hasher};
+        let mut files = vec![self.agent.clone()];
+        if let Some(inner) = &self.inner {
+            files.extend(inner.iter().cloned());
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for file in &files {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::metadata(file)?;
+            (
+                file,
+                meta.len(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ino(),
+            )
+                .hash(&mut hasher);
+        }
+        let name = format!("tools-{:016x}.ext4", hasher.finish());
+        let image = store.join(&name);
+        if image.is_file() {
+            return Ok(image);
+        }
+        std::fs::create_dir_all(store)?;
+        let staging = tempfile::Builder::new()
+            .prefix("tools-")
+            .tempdir_in(store)?;
+        let mut bytes = 0;
+        for file in &files {
+            let to = staging.path().join(file.file_name().unwrap_or_default());
+            bytes += std::fs::copy(file, &to)?;
+        }
+        let partial = store.join(format!("{name}.partial-{}", std::process::id()));
+        let mib = bytes / (1 << 20) + bytes / (4 << 20) + 8;
+        let out = std::process::Command::new(crate::grants::mke2fs_path()?)
+            .args([
+                "-q",
+                "-F",
+                "-t",
+                "ext4",
+                "-O",
+                "^has_journal,^resize_inode",
+                "-m",
+                "0",
+            ])
+            .args(["-E", "root_owner=0:0", "-L", "strata-tools", "-d"])
+            .arg(staging.path())
+            .arg(&partial)
+            .arg(format!("{mib}M"))
+            .env_clear()
+            .output()?;
+        if !out.status.success() {
+            let _ = std::fs::remove_file(&partial);
+            return Err(std::io::Error::other(format!(
+                "mke2fs (guest tools): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        std::fs::rename(&partial, &image)?;
+        for entry in std::fs::read_dir(store)?.flatten() {
+            let old = entry.file_name().to_string_lossy().into_owned();
+            if old.starts_with("tools-") && old.ends_with(".ext4") && old != name {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Ok(image)
     }
 }
 

@@ -12,6 +12,7 @@ use sandbox_core::{
 
 use crate::artifacts::GuestArtifacts;
 use crate::grants::{self, Prepared};
+use crate::inner;
 use crate::probe::{self, AccelProbe};
 use crate::protocol::{GuestExit, GuestLimit, GuestRlimits, RunRequest};
 use crate::qemu::Qemu;
@@ -21,6 +22,20 @@ use crate::vmm::{Accel, Disk, VmConfig, Vmm};
 
 /// The serial number of the root disk; the guest's `/init` mounts the disk with it.
 const ROOT_SERIAL: &str = "strata-root";
+
+/// The serial number of the guest tools disk (agent, `strata`, `strata-helper`), which
+/// `/init` mounts at `/run/strata/tools`.
+const TOOLS_SERIAL: &str = "strata-tools";
+
+/// The environment the guest gives tools (and the inner CLI) when the caller sets none.
+const GUEST_ENV: [(&str, &str); 3] = [
+    ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"),
+    ("HOME", "/tmp"),
+    ("LANG", "C.UTF-8"),
+];
+
+/// Disks every VM has before the grant slots: root and tools.
+const FIXED_DISKS: usize = 2;
 
 /// Smallest guest RAM: the Debian cloud kernel does not boot in 64 MiB, 72 MiB is measured
 /// to work; 128 MiB leaves room for the tool.
@@ -54,6 +69,7 @@ pub struct MicrovmBackend {
     ready_timeout: Duration,
     console_cap: usize,
     snapshots: bool,
+    layers: bool,
     accel: OnceLock<AccelProbe>,
 }
 
@@ -85,6 +101,7 @@ impl MicrovmBackend {
             ready_timeout: DEFAULT_READY_TIMEOUT,
             console_cap: DEFAULT_CONSOLE_CAP,
             snapshots: true,
+            layers: true,
             accel: OnceLock::new(),
         }
     }
@@ -129,6 +146,16 @@ impl MicrovmBackend {
         self
     }
 
+    /// Run tools inside the guest under Strata's own sandbox (the process backend for
+    /// commands and scripts, the native container runtime for images, the wasm backend for
+    /// wasm tools), when the guest tools (`strata`, `strata-helper`) are found next to the
+    /// agent. Default: `true`. Without them (or with `false`) the agent runs commands and
+    /// scripts directly as the guest's root, and the receipt says so.
+    pub fn layers(mut self, enabled: bool) -> Self {
+        self.layers = enabled;
+        self
+    }
+
     fn artifacts(&self) -> Result<GuestArtifacts> {
         GuestArtifacts::locate(self.guest_dir.as_deref(), self.agent.as_deref())
             .map_err(|why| Error::unavailable(BackendKind::Microvm, why))
@@ -166,6 +193,8 @@ impl MicrovmBackend {
             rlimits: GuestRlimits::default(),
             clock_unix_ns: 0,
             mounts: Vec::new(),
+            files: Vec::new(),
+            report: None,
         };
         let plan = RunPlan {
             boot: Boot::Cold,
@@ -185,11 +214,35 @@ impl MicrovmBackend {
         }
     }
 
-    fn base_config(&self, artifacts: &GuestArtifacts, dir: &Path, shape: Shape) -> VmConfig {
-        VmConfig {
+    /// Where snapshots and the guest tools disk are kept.
+    fn store() -> PathBuf {
+        match probe::state_dir() {
+            Some(dir) => dir.join("microvm-snapshots"),
+            None => std::env::temp_dir().join("strata-microvm-snapshots"),
+        }
+    }
+
+    fn tools_disk(artifacts: &GuestArtifacts) -> Result<Disk> {
+        let path = artifacts
+            .tools_image(&Self::store())
+            .map_err(|e| Error::setup("microvm: building the guest tools disk", e))?;
+        Ok(Disk {
+            path,
+            read_only: true,
+            serial: TOOLS_SERIAL.into(),
+        })
+    }
+
+    fn base_config(
+        &self,
+        artifacts: &GuestArtifacts,
+        dir: &Path,
+        shape: Shape,
+    ) -> Result<VmConfig> {
+        Ok(VmConfig {
             kernel: artifacts.kernel.clone(),
-            initrd: dir.join("initrd"),
-            disks: vec![Self::root_disk(artifacts)],
+            initrd: artifacts.initramfs.clone(),
+            disks: vec![Self::root_disk(artifacts), Self::tools_disk(artifacts)?],
             memory_mib: shape.memory_mib,
             vcpus: shape.vcpus,
             accel: shape.accel,
@@ -197,7 +250,7 @@ impl MicrovmBackend {
             console_cap: self.console_cap,
             connect_timeout: Duration::from_secs(10),
             incoming: None,
-        }
+        })
     }
 
     /// A VM booted from scratch with `grants` (the disks of [`grants::prepare`]).
@@ -208,23 +261,20 @@ impl MicrovmBackend {
         shape: Shape,
         grants: Vec<Disk>,
     ) -> Result<VmConfig> {
-        let mut config = self.base_config(artifacts, dir, shape);
-        write_initrd(artifacts, &config.initrd)?;
+        let mut config = self.base_config(artifacts, dir, shape)?;
         config.disks.extend(grants);
         Ok(config)
     }
 
     /// The snapshot for `shape`, made now (one cold boot) if there is none yet.
     fn snapshot(&self, artifacts: &GuestArtifacts, shape: Shape) -> Result<Snapshot> {
-        let store = match probe::state_dir() {
-            Some(dir) => dir.join("microvm-snapshots"),
-            None => std::env::temp_dir().join("strata-microvm-snapshots"),
-        };
+        let store = Self::store();
+        let tools = Self::tools_disk(artifacts)?;
         let qemu = which("qemu-system-x86_64");
         let mut inputs: Vec<&Path> = vec![
             &artifacts.kernel,
             &artifacts.initramfs,
-            &artifacts.agent,
+            &tools.path,
             &artifacts.rootfs,
         ];
         if let Some(qemu) = &qemu {
@@ -235,25 +285,23 @@ impl MicrovmBackend {
             crate::protocol::PROTOCOL_VERSION,
             self.vmm.name(),
             crate::qemu::Qemu::kernel_args(),
-            grants::MAX_GRANTS,
+            grants::SLOTS,
             grants::SLOT_CAPACITY
         );
         let key = snapshot::key(shape, &inputs, &extra);
         snapshot::get_or_make(&store, &key, shape, |snap| {
-            let mut config = self.base_config(artifacts, &snap.dir, shape);
-            config.initrd = snap.initrd.clone();
-            write_initrd(artifacts, &config.initrd)?;
+            let mut config = self.base_config(artifacts, &snap.dir, shape)?;
             // Placeholders are writable here (no grant is mounted while the snapshot is
             // taken, so nothing writes them): a restored slot may then be read-only or
             // read-write, since a read-only disk only adds a feature the guest did not
             // negotiate.
-            config.disks.extend((0..grants::MAX_GRANTS).map(|i| Disk {
+            config.disks.extend((0..grants::SLOTS).map(|i| Disk {
                 path: snap.placeholder.clone(),
                 read_only: false,
                 serial: grants::slot_serial(i),
             }));
             // QEMU locks the images it writes: each slot gets its own empty sparse file.
-            for (i, disk) in config.disks.iter_mut().skip(1).enumerate() {
+            for (i, disk) in config.disks.iter_mut().skip(FIXED_DISKS).enumerate() {
                 let slot = snap.dir.join(format!("slot{i}.img"));
                 std::fs::File::create(&slot)
                     .and_then(|f| f.set_len(grants::SLOT_CAPACITY))
@@ -270,43 +318,58 @@ impl MicrovmBackend {
             );
             let saved = ready.and_then(|()| vm.save(&snap.state));
             vm.shutdown();
-            for i in 0..grants::MAX_GRANTS {
+            for i in 0..grants::SLOTS {
                 let _ = std::fs::remove_file(snap.dir.join(format!("slot{i}.img")));
             }
             saved
         })
     }
 
-    /// A VM restored from `snap` with `grants` in the first slots.
+    /// A VM restored from `snap` with `grants` in the first slots and `input` in the last.
     fn restore_config(
         &self,
         artifacts: &GuestArtifacts,
         snap: &Snapshot,
         dir: &Path,
         shape: Shape,
-        grants: Vec<Disk>,
-    ) -> VmConfig {
-        let mut config = self.base_config(artifacts, dir, shape);
-        config.initrd = snap.initrd.clone();
+        disks: &RunDisks,
+    ) -> Result<VmConfig> {
+        let mut config = self.base_config(artifacts, dir, shape)?;
         config.incoming = Some(snap.state.clone());
-        let used = grants.len();
-        config.disks.extend(grants);
-        config
-            .disks
-            .extend((used..grants::MAX_GRANTS).map(|i| Disk {
-                path: snap.placeholder.clone(),
-                read_only: true,
-                serial: grants::slot_serial(i),
-            }));
-        config
+        let placeholder = |i: usize| Disk {
+            path: snap.placeholder.clone(),
+            read_only: true,
+            serial: grants::slot_serial(i),
+        };
+        for i in 0..grants::MAX_GRANTS {
+            config.disks.push(
+                disks
+                    .grants
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| placeholder(i)),
+            );
+        }
+        config.disks.push(
+            disks
+                .input
+                .clone()
+                .unwrap_or_else(|| placeholder(grants::MAX_GRANTS)),
+        );
+        Ok(config)
     }
 }
 
-fn write_initrd(artifacts: &GuestArtifacts, path: &Path) -> Result<()> {
-    let bytes = artifacts
-        .boot_initrd()
-        .map_err(|e| Error::setup("microvm: reading the guest initramfs and agent", e))?;
-    std::fs::write(path, bytes).map_err(|e| Error::setup("microvm: writing the initrd", e))
+/// A run's own disks: its grants and the input disk of the layer inside.
+struct RunDisks {
+    grants: Vec<Disk>,
+    input: Option<Disk>,
+}
+
+impl RunDisks {
+    fn all(&self) -> Vec<Disk> {
+        self.grants.iter().chain(&self.input).cloned().collect()
+    }
 }
 
 fn private_dir() -> std::io::Result<tempfile::TempDir> {
@@ -324,7 +387,7 @@ fn host_entropy() -> Vec<u8> {
 }
 
 /// The argv the agent runs for `tool`.
-fn argv_for(tool: &Tool) -> Result<Vec<String>> {
+fn argv_for(tool: &Tool, layered: bool) -> Result<Vec<String>> {
     match tool {
         Tool::Command { argv } => {
             if argv.is_empty() {
@@ -346,9 +409,14 @@ fn argv_for(tool: &Tool) -> Result<Vec<String>> {
                 "{language} scripts need their interpreter in the guest root file system, which holds python3 and busybox only; sh and python scripts and commands work"
             ),
         )),
+        Tool::Wasm { module, .. } if layered => Ok(vec![module.to_string_lossy().into_owned()]),
         Tool::Wasm { .. } => Err(Error::unavailable(
             BackendKind::Microvm,
-            "wasm tools inside the microVM are not implemented yet; use the wasm backend",
+            format!(
+                "wasm tools run in the wasm backend inside the guest, which needs the guest tools ({} next to {})",
+                crate::artifacts::INNER_TOOLS.join(" and "),
+                crate::artifacts::AGENT_NAME
+            ),
         )),
         _ => Err(Error::invalid("unknown tool kind")),
     }
@@ -361,7 +429,7 @@ struct Plan {
     gaps: Vec<(Capability, String)>,
 }
 
-fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
+fn plan(caps: &Caps, strictness: Strictness, layered: bool) -> Result<Plan> {
     let mut gaps = Vec::new();
     let unenforceable =
         |guarantee: &str, reason: String, gaps: &mut Vec<(Capability, String)>, cap: Capability| {
@@ -388,8 +456,15 @@ fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
             "secrets need a network allowlist, which the microvm backend does not support yet",
         ));
     }
-    if caps.container.is_some() {
-        return Err(Error::invalid("caps.container is read only by the container backend (images in the microVM are not implemented yet)"));
+    if caps.container.is_some() && !layered {
+        return Err(Error::unavailable(
+            BackendKind::Microvm,
+            format!(
+                "images run with the native container runtime inside the guest, which needs the guest tools ({} next to {})",
+                crate::artifacts::INNER_TOOLS.join(" and "),
+                crate::artifacts::AGENT_NAME
+            ),
+        ));
     }
     let asked = caps.limits.memory.bytes() / ByteSize::mib(1).bytes();
     let memory_mib = if asked < MIN_GUEST_MIB {
@@ -416,13 +491,15 @@ fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
             Capability::Cpu,
         )?;
     }
-    gaps.push((
-        Capability::Pids,
-        format!(
-            "limits.processes ({}) is not applied in the guest (the tool runs as the guest's root); its processes are bounded by guest RAM and die with the VM",
-            caps.limits.processes
-        ),
-    ));
+    if !layered {
+        gaps.push((
+            Capability::Pids,
+            format!(
+                "limits.processes ({}) is not applied in the guest (the tool runs as the guest's root, without the sandbox inside the guest); its processes are bounded by guest RAM and die with the VM",
+                caps.limits.processes
+            ),
+        ));
+    }
     Ok(Plan {
         memory_mib,
         vcpus,
@@ -438,7 +515,6 @@ impl Backend for MicrovmBackend {
     fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         let started = Instant::now();
         caps.validate()?;
-        let argv = argv_for(tool)?;
         #[cfg(unix)]
         if ctx.stdin.is_some() {
             return Err(Error::unavailable(
@@ -446,8 +522,15 @@ impl Backend for MicrovmBackend {
                 "streamed stdin is not implemented for the microvm backend yet; pass the bytes as caps.stdin",
             ));
         }
-        let plan = plan(caps, ctx.strictness)?;
         let artifacts = self.artifacts()?;
+        let layered = self.layers && artifacts.inner.is_some();
+        let argv = argv_for(tool, layered)?;
+        let inner = if layered {
+            Some(inner::plan(tool, caps)?)
+        } else {
+            None
+        };
+        let plan = plan(caps, ctx.strictness, layered)?;
         let accel = self.accel()?;
         if self.require_hardware && accel.accel != Accel::Kvm {
             return Err(Error::unenforceable(
@@ -459,35 +542,71 @@ impl Backend for MicrovmBackend {
                 ),
             ));
         }
-        let mut env = caps.env.clone();
-        for (key, value) in [
-            ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"),
-            ("HOME", "/tmp"),
-            ("LANG", "C.UTF-8"),
-        ] {
-            env.entry(key.to_string())
-                .or_insert_with(|| value.to_string());
-        }
         let limits = &caps.limits;
         let cwd = caps.effective_workdir().to_string_lossy().into_owned();
-        let mut request = RunRequest {
-            argv: argv.clone(),
-            env,
-            cwd,
-            timeout_ms: limits.timeout.as_millis().min(u64::MAX as u128) as u64,
-            output_cap: limits.output.bytes(),
-            entropy: host_entropy(),
-            rlimits: GuestRlimits {
-                cpu_seconds: limits.cpu_time.as_secs().max(1),
-                file_size: limits.file_size.bytes(),
-                open_files: u64::from(limits.open_files),
+        let mut request = match &inner {
+            None => {
+                let mut env = caps.env.clone();
+                for (key, value) in GUEST_ENV {
+                    env.entry(key.to_string())
+                        .or_insert_with(|| value.to_string());
+                }
+                RunRequest {
+                    argv: argv.clone(),
+                    env,
+                    cwd,
+                    timeout_ms: limits.timeout.as_millis().min(u64::MAX as u128) as u64,
+                    output_cap: limits.output.bytes(),
+                    entropy: host_entropy(),
+                    rlimits: GuestRlimits {
+                        cpu_seconds: limits.cpu_time.as_secs().max(1),
+                        file_size: limits.file_size.bytes(),
+                        open_files: u64::from(limits.open_files),
+                    },
+                    clock_unix_ns: 0,
+                    mounts: Vec::new(),
+                    files: Vec::new(),
+                    report: None,
+                }
+            }
+            Some(inner) => RunRequest {
+                argv: inner.argv.clone(),
+                env: GUEST_ENV
+                    .iter()
+                    .chain(&[("STRATA_STATE_DIR", "/run/strata/state")])
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                cwd: "/".into(),
+                timeout_ms: (limits.timeout.as_millis().min(u64::MAX as u128) as u64)
+                    .saturating_add(inner::INNER_SLACK_MS),
+                output_cap: limits.output.bytes(),
+                entropy: host_entropy(),
+                rlimits: GuestRlimits::default(),
+                clock_unix_ns: 0,
+                mounts: Vec::new(),
+                files: inner.files.clone(),
+                report: Some(inner.report.clone()),
             },
-            clock_unix_ns: 0,
-            mounts: Vec::new(),
         };
         let dir = private_dir().map_err(|e| Error::setup("microvm: private temp dir", e))?;
         let prepared = grants::prepare(&caps.mounts, dir.path(), limits.disk.bytes())?;
         request.mounts = prepared.mounts.clone();
+        let input = match inner.as_ref().and_then(|i| i.input.as_deref()) {
+            Some(host) => {
+                let contents = inner::input_dir(host, dir.path())?;
+                request.mounts.push(crate::protocol::GuestMount {
+                    serial: grants::input_serial(),
+                    target: inner::INPUT_DIR.into(),
+                    writable: false,
+                });
+                Some(grants::input_disk(&contents, dir.path())?)
+            }
+            None => None,
+        };
+        let disks = RunDisks {
+            grants: prepared.disks.clone(),
+            input,
+        };
         let shape = Shape {
             memory_mib: plan.memory_mib,
             vcpus: plan.vcpus,
@@ -495,11 +614,10 @@ impl Backend for MicrovmBackend {
         };
         let (config, boot, snapshot) = if self.snapshots {
             let snap = self.snapshot(&artifacts, shape)?;
-            let config =
-                self.restore_config(&artifacts, &snap, dir.path(), shape, prepared.disks.clone());
+            let config = self.restore_config(&artifacts, &snap, dir.path(), shape, &disks)?;
             (config, Boot::Restored, Some(snap))
         } else {
-            let config = self.cold_config(&artifacts, dir.path(), shape, prepared.disks.clone())?;
+            let config = self.cold_config(&artifacts, dir.path(), shape, disks.all())?;
             (config, Boot::Cold, None)
         };
         let archives = prepared
@@ -530,37 +648,51 @@ impl Backend for MicrovmBackend {
         let written_back = write_back(&prepared, &vm.archives);
         drop(dir);
         let cap = limits.output.bytes();
-        let (status, limit_hit) = match vm.ending {
-            Ending::HostWall => (
-                ExitStatus::Limit {
-                    limit: LimitKind::Wall,
-                    signal: None,
-                },
-                Some(LimitKind::Wall),
-            ),
-            Ending::Agent(GuestExit::Exited { code }) => (ExitStatus::Exited { code }, None),
-            Ending::Agent(GuestExit::Signaled { signal }) => {
-                (ExitStatus::Signaled { signal }, None)
+        let inner_result = match (&inner, &vm.ending) {
+            (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
+                Some(inner::parse(vm.report.as_deref(), &vm.stderr)?)
             }
-            Ending::Agent(GuestExit::Limit { limit }) => {
-                let limit = match limit {
-                    GuestLimit::Wall => LimitKind::Wall,
-                    GuestLimit::Output => LimitKind::Output,
-                };
-                (
+            _ => None,
+        };
+        let (status, limit_hit) = if let Some(result) = &inner_result {
+            let limit = match result.status {
+                ExitStatus::Limit { limit, .. } => Some(limit),
+                _ => None,
+            };
+            (result.status, limit)
+        } else {
+            match vm.ending {
+                Ending::HostWall => (
                     ExitStatus::Limit {
-                        limit,
-                        signal: Some(9),
+                        limit: LimitKind::Wall,
+                        signal: None,
                     },
-                    Some(limit),
-                )
-            }
-            Ending::Agent(GuestExit::Killed) => return Err(Error::Cancelled),
-            Ending::Agent(GuestExit::SpawnFailed { errno, .. }) => {
-                return Err(Error::Exec {
-                    program: argv.first().cloned().unwrap_or_default(),
-                    source: std::io::Error::from_raw_os_error(errno),
-                })
+                    Some(LimitKind::Wall),
+                ),
+                Ending::Agent(GuestExit::Exited { code }) => (ExitStatus::Exited { code }, None),
+                Ending::Agent(GuestExit::Signaled { signal }) => {
+                    (ExitStatus::Signaled { signal }, None)
+                }
+                Ending::Agent(GuestExit::Limit { limit }) => {
+                    let limit = match limit {
+                        GuestLimit::Wall => LimitKind::Wall,
+                        GuestLimit::Output => LimitKind::Output,
+                    };
+                    (
+                        ExitStatus::Limit {
+                            limit,
+                            signal: Some(9),
+                        },
+                        Some(limit),
+                    )
+                }
+                Ending::Agent(GuestExit::Killed) => return Err(Error::Cancelled),
+                Ending::Agent(GuestExit::SpawnFailed { errno, .. }) => {
+                    return Err(Error::Exec {
+                        program: argv.first().cloned().unwrap_or_default(),
+                        source: std::io::Error::from_raw_os_error(errno),
+                    })
+                }
             }
         };
         let mut receipt = Receipt::new(BackendKind::Microvm, ctx.strictness);
@@ -575,7 +707,18 @@ impl Backend for MicrovmBackend {
         for (cap, reason) in plan.gaps {
             receipt.gap(cap, reason);
         }
+        let inner_ran = inner_result.is_some();
+        if let Some(result) = inner_result {
+            inner::merge(&mut receipt, result.receipt);
+            if let (Some(seen), Some(spec)) = (receipt.container.as_mut(), &caps.container) {
+                // The image as the caller named it, not its guest path.
+                seen.image = spec.image.clone();
+            }
+        } else if let Some(inner) = &inner {
+            receipt.layers.push(inner.backend);
+        }
         match limit_hit {
+            _ if inner_ran => {}
             Some(LimitKind::Wall) => receipt.deny(
                 Capability::Wall,
                 format!(

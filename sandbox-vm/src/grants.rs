@@ -25,8 +25,11 @@ use sandbox_core::{Access, BackendKind, Error, Mount, Result};
 use crate::protocol::GuestMount;
 use crate::vmm::Disk;
 
-/// Grant disks a VM can carry (the snapshot has this many placeholder slots).
+/// Grant disks a VM can carry.
 pub const MAX_GRANTS: usize = 6;
+
+/// Placeholder slots of a snapshot: the grants and one input disk.
+pub const SLOTS: usize = MAX_GRANTS + 1;
 
 /// The size every grant slot has in a snapshot (a sparse placeholder); a grant's image is
 /// at most this large: 64 GiB.
@@ -92,58 +95,12 @@ pub fn prepare(mounts: &[Mount], dir: &Path, disk_limit: u64) -> Result<Prepared
     if mounts.is_empty() {
         return Ok(prepared);
     }
-    let mke2fs = find_mke2fs()?;
     for (i, mount) in mounts.iter().enumerate() {
         let root = open_grant(mount)?;
-        let (bytes, entries) = measure(&root).map_err(|e| {
-            Error::setup(
-                format!("microvm: reading grant {}", mount.host.display()),
-                e,
-            )
-        })?;
         let writable = mount.access == Access::ReadWrite;
-        let headroom = if writable { disk_limit } else { 0 };
-        let size = (bytes + bytes / 4 + entries * 4096 + (8 << 20) + headroom)
-            .min(SLOT_CAPACITY)
-            .next_multiple_of(1 << 20);
-        if bytes + bytes / 8 > size {
-            return Err(Error::invalid(format!(
-                "grant {} holds {bytes} bytes; a microvm grant holds at most {SLOT_CAPACITY}",
-                mount.host.display()
-            )));
-        }
         let image = dir.join(format!("grant{i}.ext4"));
-        let inodes = entries + entries / 4 + 256 + if writable { 65536 } else { 0 };
-        // mke2fs reads the directory this process opened (its own /proc/self is another).
-        let source = format!(
-            "/proc/{}/fd/{}",
-            std::process::id(),
-            rustix::fd::AsRawFd::as_raw_fd(&root)
-        );
-        let out = Command::new(&mke2fs)
-            .args([
-                "-q",
-                "-F",
-                "-t",
-                "ext4",
-                "-O",
-                "^has_journal,^resize_inode",
-                "-m",
-                "0",
-            ])
-            .args(["-E", "root_owner=0:0,lazy_itable_init=1"])
-            .args(["-N", &inodes.to_string(), "-d", &source])
-            .arg(&image)
-            .arg(format!("{}k", size / 1024))
-            .env_clear()
-            .output()
-            .map_err(|e| Error::setup("microvm: running mke2fs", e))?;
-        if !out.status.success() {
-            return Err(Error::setup(
-                format!("microvm: building the image of {}", mount.host.display()),
-                std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-            ));
-        }
+        let headroom = if writable { disk_limit } else { 0 };
+        let (bytes, size) = build_image(&root, &mount.host, &image, headroom)?;
         prepared.copied += bytes;
         prepared.disks.push(Disk {
             path: image,
@@ -168,14 +125,22 @@ pub fn prepare(mounts: &[Mount], dir: &Path, disk_limit: u64) -> Result<Prepared
 }
 
 fn find_mke2fs() -> Result<PathBuf> {
+    mke2fs_path().map_err(|e| Error::unavailable(BackendKind::Microvm, e.to_string()))
+}
+
+/// Where e2fsprogs' `mke2fs` is.
+///
+/// # Errors
+/// `NotFound` naming the package when it is not installed.
+pub fn mke2fs_path() -> std::io::Result<PathBuf> {
     ["/usr/sbin/mke2fs", "/sbin/mke2fs", "/usr/bin/mke2fs"]
         .iter()
         .map(PathBuf::from)
         .find(|p| p.is_file())
         .ok_or_else(|| {
-            Error::unavailable(
-                BackendKind::Microvm,
-                "grants need mke2fs (apt-get install e2fsprogs)",
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "microvm disks need mke2fs (apt-get install e2fsprogs)",
             )
         })
 }
@@ -209,6 +174,69 @@ fn open_grant(mount: &Mount) -> Result<OwnedFd> {
             e.into(),
         )),
     }
+}
+
+/// Builds an ext4 image at `image` of the directory open as `root` (named `host` in
+/// errors), with `headroom` free bytes; returns the bytes copied and the image size.
+fn build_image(root: &OwnedFd, host: &Path, image: &Path, headroom: u64) -> Result<(u64, u64)> {
+    let mke2fs = find_mke2fs()?;
+    let (bytes, entries) = measure(root)
+        .map_err(|e| Error::setup(format!("microvm: reading {}", host.display()), e))?;
+    let size = (bytes + bytes / 4 + entries * 4096 + (8 << 20) + headroom)
+        .min(SLOT_CAPACITY)
+        .next_multiple_of(1 << 20);
+    if bytes + bytes / 8 > size {
+        return Err(Error::invalid(format!(
+            "{} holds {bytes} bytes; a microvm disk holds at most {SLOT_CAPACITY}",
+            host.display()
+        )));
+    }
+    let inodes = entries + entries / 4 + 256 + if headroom > 0 { 65536 } else { 0 };
+    // mke2fs reads the directory this process opened (its own /proc/self is another).
+    let source = format!(
+        "/proc/{}/fd/{}",
+        std::process::id(),
+        rustix::fd::AsRawFd::as_raw_fd(root)
+    );
+    let out = Command::new(&mke2fs)
+        .args(["-q", "-F", "-t", "ext4", "-O", "^has_journal,^resize_inode"])
+        .args(["-m", "0", "-E", "root_owner=0:0,lazy_itable_init=1"])
+        .args(["-N", &inodes.to_string(), "-d", &source])
+        .arg(image)
+        .arg(format!("{}k", size / 1024))
+        .env_clear()
+        .output()
+        .map_err(|e| Error::setup("microvm: running mke2fs", e))?;
+    if !out.status.success() {
+        return Err(Error::setup(
+            format!("microvm: building the image of {}", host.display()),
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        ));
+    }
+    Ok((bytes, size))
+}
+
+/// The serial of the input slot (an image or a wasm module for the layers inside the
+/// guest): the last slot.
+pub fn input_serial() -> String {
+    slot_serial(MAX_GRANTS)
+}
+
+/// The input disk: an image of the directory `host` under `dir` (read-only).
+///
+/// # Errors
+/// As [`prepare`].
+pub fn input_disk(host: &Path, dir: &Path) -> Result<Disk> {
+    let mount =
+        Mount::new(host.to_path_buf(), host.to_path_buf(), Access::ReadOnly).follow_symlinks();
+    let root = open_grant(&mount)?;
+    let image = dir.join("input.ext4");
+    build_image(&root, host, &image, 0)?;
+    Ok(Disk {
+        path: image,
+        read_only: true,
+        serial: input_serial(),
+    })
 }
 
 /// Bytes of regular files and the number of entries beneath `root` (not following links).

@@ -7,10 +7,11 @@
 //! a second implementation where KVM works.
 //!
 //! Module map: [`protocol`] (frames, messages, decoder), [`vmm`] (the VMM seam),
-//! [`qemu`] (QEMU microvm), [`initramfs`] (the agent's cpio segment), [`artifacts`]
-//! (locating kernel, initramfs, agent), [`probe`] (KVM or TCG), [`session`] (one run in
+//! [`qemu`] (QEMU microvm), [`artifacts`] (locating kernel, initramfs, root image, agent;
+//! the guest tools disk), [`probe`] (KVM or TCG), [`session`] (one run in
 //! one VM), [`snapshot`] (boot once, restore per run), [`grants`] (host directories as
-//! disk images, read-write ones written back through a filter), `backend`
+//! disk images, read-write ones written back through a filter), [`inner`] (the sandbox
+//! inside the guest: process, container, wasm), `backend`
 //! ([`MicrovmBackend`]).
 
 #![deny(missing_docs)]
@@ -19,7 +20,7 @@
 pub mod artifacts;
 mod backend;
 pub mod grants;
-pub mod initramfs;
+pub mod inner;
 pub mod probe;
 pub mod protocol;
 pub mod qemu;

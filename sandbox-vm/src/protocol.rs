@@ -85,6 +85,26 @@ pub struct RunRequest {
     pub clock_unix_ns: u64,
     /// Disks to mount before the tool starts, in order.
     pub mounts: Vec<GuestMount>,
+    /// Files the agent writes before the tool starts (parents created), e.g. the caps of
+    /// the sandbox run inside the guest.
+    pub files: Vec<GuestFile>,
+    /// A file the agent reads after the tool ended and sends as [`AgentMsg::Report`] (at
+    /// most [`MAX_REPORT`] bytes), e.g. the inner run's result.
+    pub report: Option<String>,
+}
+
+/// Largest report the agent sends back: 256 KiB.
+pub const MAX_REPORT: usize = 256 * 1024;
+
+/// A file the agent writes in the guest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestFile {
+    /// Absolute guest path.
+    pub path: String,
+    /// Contents (base64 in JSON).
+    #[serde(with = "b64")]
+    pub data: Vec<u8>,
 }
 
 /// A disk the agent mounts for the tool (ext4, `nosuid,nodev`).
@@ -152,6 +172,13 @@ pub enum AgentMsg {
     Exit {
         /// How.
         status: GuestExit,
+    },
+    /// The contents of [`RunRequest::report`] (sent before [`AgentMsg::Exit`]); empty when
+    /// the file was missing.
+    Report {
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
     },
     /// A chunk of a read-write grant's tree, as a tar stream (after [`AgentMsg::Exit`]).
     Archive {
@@ -349,6 +376,11 @@ mod tests {
                 target: "/work".into(),
                 writable: true,
             }],
+            files: vec![GuestFile {
+                path: "/run/strata/caps.json".into(),
+                data: b"{}".to_vec(),
+            }],
+            report: Some("/run/strata/result.json".into()),
         })
     }
 

@@ -67,6 +67,8 @@ pub struct VmRun {
     pub kernel: String,
     /// The read-write grants' archives, in the order of the targets given.
     pub archives: Vec<Archive>,
+    /// The report file's contents, when the request named one.
+    pub report: Option<Vec<u8>>,
 }
 
 /// One run's parameters beyond the VM itself.
@@ -188,9 +190,11 @@ fn drive(
     chan.send(&HostMsg::StdinEnd)?;
     let deadline = Instant::now() + timeout + WALL_GRACE;
     let mut out = Output::new(cap, ctx.sink.as_deref());
+    let mut report = None;
     let ending = loop {
         match chan.recv(vm, deadline, ctx)? {
             Recv::Msg(AgentMsg::Output { stream, data }) => out.push(stream, &data),
+            Recv::Msg(AgentMsg::Report { data }) => report = Some(data),
             Recv::Msg(AgentMsg::Exit { status }) => break Ending::Agent(status),
             Recv::Msg(AgentMsg::Error { message }) => {
                 return Err(Error::setup(
@@ -216,6 +220,7 @@ fn drive(
         boot,
         kernel,
         archives,
+        report,
     })
 }
 

@@ -1,9 +1,7 @@
 //! Saved VMs: boot once, save the state after the agent is up, restore it for each run.
 //!
 //! A snapshot is a directory under the state directory (`<state>/microvm-snapshots/<key>`)
-//! holding the VMM's saved state (`state`), the initramfs it booted with (`initrd`; QEMU
-//! checks the sizes of the memory it loaded the kernel and initramfs into) and an empty
-//! sparse placeholder disk (`empty.img`, [`crate::grants::SLOT_CAPACITY`] bytes) for grant
+//! holding the VMM's saved state (`state`) and an empty sparse placeholder disk (`empty.img`, [`crate::grants::SLOT_CAPACITY`] bytes) for grant
 //! slots a run does not use. The key names the guest RAM, vCPUs and accelerator and hashes
 //! what the state depends on (kernel, initramfs, agent, root image and VMM binary: size,
 //! modification time, inode), so a rebuilt agent or guest gets a fresh snapshot and stale
@@ -30,8 +28,6 @@ pub struct Snapshot {
     pub dir: PathBuf,
     /// The saved VM state.
     pub state: PathBuf,
-    /// The initramfs the VM booted with.
-    pub initrd: PathBuf,
     /// The empty placeholder disk for unused grant slots.
     pub placeholder: PathBuf,
 }
@@ -40,7 +36,6 @@ impl Snapshot {
     fn at(dir: PathBuf) -> Snapshot {
         Snapshot {
             state: dir.join("state"),
-            initrd: dir.join("initrd"),
             placeholder: dir.join("empty.img"),
             dir,
         }
@@ -48,9 +43,7 @@ impl Snapshot {
 
     /// Whether every file of the snapshot is there.
     pub fn complete(&self) -> bool {
-        [&self.state, &self.initrd, &self.placeholder]
-            .iter()
-            .all(|p| p.is_file())
+        [&self.state, &self.placeholder].iter().all(|p| p.is_file())
     }
 
     /// Removes the snapshot (after a restore from it failed), so the next run makes a new
@@ -93,7 +86,7 @@ pub fn key(shape: Shape, inputs: &[&Path], extra: &str) -> String {
 }
 
 /// The snapshot `key` under `store`, made by `make` (which fills the directory it is given:
-/// `state`, `initrd`, `empty.img`) when it does not exist yet.
+/// `state`; `empty.img` is made before) when it does not exist yet.
 ///
 /// # Errors
 /// When the store cannot be created or `make` fails (nothing is published then).

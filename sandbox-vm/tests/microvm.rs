@@ -36,7 +36,16 @@ fn backend() -> MicrovmBackend {
             .is_ok(),
         "qemu-system-x86_64 missing: apt-get install -y --no-install-recommends qemu-system-x86"
     );
-    MicrovmBackend::new().with_agent(env!("CARGO_BIN_EXE_strata-guest-agent"))
+    let agent = Path::new(env!("CARGO_BIN_EXE_strata-guest-agent"));
+    for tool in sandbox_vm::artifacts::INNER_TOOLS {
+        let path = agent.with_file_name(tool);
+        assert!(
+            path.is_file(),
+            "{} is missing: the layers inside the guest need it (cargo build --release --workspace --bins)",
+            path.display()
+        );
+    }
+    MicrovmBackend::new().with_agent(agent)
 }
 
 fn sh(script: &str) -> Tool {
@@ -114,7 +123,25 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
     let rng1 = stdout.lines().nth(1).unwrap_or_default().to_string();
     let r = &out.receipt;
     assert_eq!(r.backend, sandbox_core::BackendKind::Microvm);
-    assert_eq!(r.layers, vec![sandbox_core::BackendKind::Microvm]);
+    // The tool ran under the process backend's sandbox inside the guest.
+    assert_eq!(
+        r.layers,
+        vec![
+            sandbox_core::BackendKind::Microvm,
+            sandbox_core::BackendKind::Process
+        ],
+        "{r}"
+    );
+    assert!(
+        r.enforced_for(Capability::Pids)
+            .any(|e| e.mechanism.starts_with("in the guest")),
+        "processes limit not enforced inside the guest: {r}"
+    );
+    assert!(
+        r.enforced_for(Capability::Syscalls)
+            .any(|e| e.mechanism.contains("seccomp")),
+        "no seccomp inside the guest: {r}"
+    );
     assert!(r.has_kind(Capability::Net, Mechanism::Vm));
     assert!(
         r.has(Capability::Processes, "accel: tcg (emulated)")
@@ -152,15 +179,24 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
         !stdout.contains("CANARY-VISIBLE") && !stdout.contains("host secret"),
         "host file visible: {stdout}"
     );
-    let net = lines.next().map(str::trim);
-    assert_eq!(
-        net,
-        Some("net:lo"),
-        "the guest has a network device: {stdout}"
-    );
+    // The tool's own sandbox has no /sys (and an empty network namespace).
+    assert_eq!(lines.next().map(str::trim), Some("net:"), "{stdout}");
     let rng2 = lines.next().unwrap_or_default().to_string();
     assert!(rng1.len() > 20 && rng2.len() > 20, "{rng1:?} {rng2:?}");
     assert_ne!(rng1, rng2, "two guests read the same random bytes");
+
+    // 2b. The VM itself has no network device (seen by the guest's root, without the
+    //     sandbox inside the guest).
+    let direct = self::backend().layers(false);
+    let out = direct
+        .run(&sh("ls /sys/class/net | tr '\\n' ' '"), &Caps::new(), &ctx)
+        .expect("run 2b");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "lo",
+        "the guest has a network device"
+    );
+    assert_eq!(out.receipt.layers, vec![sandbox_core::BackendKind::Microvm]);
 
     // 3. The wall-clock timeout ends the run with a typed limit; the VM is gone.
     let caps = Caps::new().timeout(Duration::from_secs(1));
@@ -332,14 +368,21 @@ fn sigkilled_embedder_inner() {
 #[test]
 fn microvm_runs_python_and_no_run_sees_an_earlier_runs_writes() {
     let _turn = turn();
-    let backend = backend();
     let ctx = RunContext::default();
     let script = "import sys, time, os\n\
         print(sys.version_info[0], int(time.time()))\n\
         print('seen' if os.path.exists('/usr/planted') else 'clean')\n\
-        open('/usr/planted', 'w').write('x')";
+        try:\n    open('/usr/planted', 'w').write('x'); print('wrote')\n\
+        except OSError as e:\n    print('refused', e.errno)";
+    // Layered (the process backend's sandbox inside the guest): /usr is read-only. Direct
+    // (the guest's root, writes land in the guest's RAM overlay): the next VM, restored
+    // from the same snapshot, does not see them.
     let mut seen = Vec::new();
-    for _ in 0..2 {
+    for (backend, expect) in [
+        (backend(), "refused 30"),
+        (backend().layers(false), "wrote"),
+        (backend().layers(false), "wrote"),
+    ] {
         let out = backend
             .run(
                 &Tool::script(ScriptLanguage::Python, script),
@@ -368,6 +411,7 @@ fn microvm_runs_python_and_no_run_sees_an_earlier_runs_writes() {
             "guest clock {guest_now}, host {host_now}"
         );
         seen.push(lines.next().unwrap_or_default().to_string());
+        assert_eq!(lines.next(), Some(expect), "{stdout}");
         assert!(
             detail_has(&out.receipt, Capability::Fs, "python3="),
             "{}",
@@ -383,8 +427,7 @@ fn microvm_runs_python_and_no_run_sees_an_earlier_runs_writes() {
             out.receipt
         );
     }
-    // The second VM is restored from the same snapshot: the first run's write is gone.
-    assert_eq!(seen, vec!["clean", "clean"]);
+    assert_eq!(seen, vec!["clean", "clean", "clean"]);
 }
 
 /// Whether an enforcement of `capability` mentions `text` in its detail.
@@ -497,9 +540,11 @@ fn read_only_grant_survives_guest_root_remounting_it_read_write() {
 
 #[test]
 fn read_write_grant_comes_back_through_the_filter() {
-    let _turn = turn();
     use std::os::unix::fs::PermissionsExt;
-    let backend = backend();
+    let _turn = turn();
+    // The guest's root itself (no sandbox inside the guest, which refuses mknod and setuid
+    // bits): the filter must hold against a compromised guest.
+    let backend = backend().layers(false);
     let ctx = RunContext::default();
     let work = grant_dir("rw");
     let root = work.path();
@@ -513,7 +558,7 @@ fn read_write_grant_comes_back_through_the_filter() {
         mkdir -p new/deep; echo made > new/deep/file.txt; \
         ln new/deep/file.txt hard.txt; \
         ln -s /etc/passwd escape-link; ln -sfn /etc kept-link2; \
-        mkfifo fifo; mknod dev c 1 3; \
+        mkfifo fifo; \
         echo s > suid; chmod 4755 suid; \
         echo done";
     let caps = Caps::new().mount(root, "/work", sandbox_core::Access::ReadWrite);
@@ -571,6 +616,30 @@ fn read_write_grant_comes_back_through_the_filter() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o7777, 0o755, "setuid bit kept: {mode:o}");
+
+    // Through the sandbox inside the guest too: the grant is bound at the same path there.
+    let out = self::backend()
+        .run(
+            &Tool::command(["/bin/sh", "-c", "echo layered > /work/layered.txt"]),
+            &caps,
+            &ctx,
+        )
+        .expect("layered run");
+    assert_eq!(
+        out.status,
+        ExitStatus::Exited { code: 0 },
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("layered.txt")).expect("layered"),
+        "layered\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("new/deep/file.txt")).expect("kept"),
+        "made\n",
+        "a later run deleted what it did not touch"
+    );
     assert!(
         out.receipt.has(Capability::Fs, "written back"),
         "{}",
@@ -603,4 +672,81 @@ fn grant_behind_a_planted_symlink_is_refused() {
         .expect_err("symlinked grant");
     assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
     assert!(err.to_string().contains("symbolic link"), "{err}");
+}
+
+#[test]
+fn microvm_runs_an_oci_image_with_the_native_runtime_inside_the_guest() {
+    let _turn = turn();
+    let backend = backend();
+    let script = repo().join("scripts/build-test-images.sh");
+    let out = Command::new(&script)
+        .output()
+        .expect("build-test-images.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let image = repo().join(".ci/cache/images/busybox-oci");
+    let caps = Caps::new().image(image.to_string_lossy());
+    let out = backend
+        .run(
+            &Tool::command([
+                "/bin/sh",
+                "-c",
+                "echo from-image; ls /run/strata 2>&1 | head -1",
+            ]),
+            &caps,
+            &RunContext::default(),
+        )
+        .expect("image run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status,
+        ExitStatus::Exited { code: 0 },
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("from-image\n"), "{stdout}");
+    // The guest's own files (the tools disk) are not in the container.
+    assert!(!stdout.contains("tools"), "{stdout}");
+    let r = &out.receipt;
+    assert_eq!(
+        r.layers,
+        vec![
+            sandbox_core::BackendKind::Microvm,
+            sandbox_core::BackendKind::Container
+        ],
+        "{r}"
+    );
+    let seen = r.container.as_ref().expect("container receipt");
+    assert_eq!(seen.image, image.to_string_lossy());
+    assert!(seen.digest.starts_with("sha256:"), "{}", seen.digest);
+}
+
+#[test]
+fn microvm_runs_wasm_in_the_wasm_backend_inside_the_guest() {
+    let _turn = turn();
+    let backend = backend();
+    let module = repo().join("sandbox-wasm/tests/fixtures/hello.wat");
+    let out = backend
+        .run(
+            &Tool::wasm(&module, Vec::<String>::new()),
+            &Caps::new(),
+            &RunContext::default(),
+        )
+        .expect("wasm run");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello from wasm\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.receipt.layers,
+        vec![
+            sandbox_core::BackendKind::Microvm,
+            sandbox_core::BackendKind::Wasm
+        ]
+    );
 }

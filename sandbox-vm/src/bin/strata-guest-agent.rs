@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_vm::protocol::{
     encode, AgentMsg, Decoder, GuestExit, GuestLimit, GuestMount, GuestRlimits, HostMsg, OutStream,
-    RunRequest, CHUNK, PORT_NAME, PROTOCOL_VERSION,
+    RunRequest, CHUNK, MAX_REPORT, PORT_NAME, PROTOCOL_VERSION,
 };
 
 /// `_IO('R', 0x07)`: reseed the kernel's CRNG from its input pool now (root only).
@@ -90,8 +90,24 @@ fn main() {
     if let Err(message) = mount_all(&request.mounts) {
         refuse(&port, &message);
     }
+    for file in &request.files {
+        let path = std::path::Path::new(&file.path);
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(path, &file.data));
+        if let Err(e) = written {
+            refuse(&port, &format!("write {}: {e}", file.path));
+        }
+    }
     let mounts = request.mounts.clone();
+    let report = request.report.clone();
     let status = run(&port, request, reader, decoder);
+    if let Some(report) = report {
+        let mut data = std::fs::read(&report).unwrap_or_default();
+        data.truncate(MAX_REPORT);
+        send(&port, &AgentMsg::Report { data });
+    }
     send(&port, &AgentMsg::Exit { status });
     for (index, mount) in mounts.iter().enumerate() {
         if mount.writable {

@@ -1,0 +1,272 @@
+//! The layers inside the VM: the guest agent runs the tool through the `strata` CLI on the
+//! guest tools disk, under the process backend (commands and scripts), the container
+//! backend's native runtime (`caps.container`: an OCI image) or the wasm backend (wasm
+//! tools), with the run's caps. The CLI writes its result (status, limits, receipt) to a
+//! file the agent sends back; [`merge`] folds it into the host's run output, so the
+//! receipt lists every layer from the VM inward.
+//!
+//! An image or wasm module travels on the input disk (the last grant slot, mounted at
+//! [`INPUT_DIR`]): a directory (an OCI layout or a root file system) as its own image, a
+//! file (an image archive, a module) in a directory of its own.
+
+use std::path::{Path, PathBuf};
+
+use sandbox_core::{
+    BackendKind, Caps, ContainerRuntime, Error, ExitStatus, LimitKind, Mount, Net, Receipt, Result,
+    Tool,
+};
+
+use crate::protocol::GuestFile;
+
+/// Where the tools disk is mounted in the guest.
+pub const TOOLS_DIR: &str = "/run/strata/tools";
+
+/// Where the input disk (image or module) is mounted in the guest.
+pub const INPUT_DIR: &str = "/run/strata/input";
+
+/// The inner run's caps file and result file in the guest.
+const CAPS_FILE: &str = "/run/strata/inner-caps.json";
+const RESULT_FILE: &str = "/run/strata/inner-result.json";
+
+/// How much longer than the tool's timeout the agent lets the inner CLI run (it starts,
+/// builds its sandbox and reports within this; the inner sandbox enforces the timeout).
+pub const INNER_SLACK_MS: u64 = 10_000;
+
+/// A run inside the guest's own sandbox.
+#[derive(Debug)]
+pub struct InnerRun {
+    /// The backend inside the guest.
+    pub backend: BackendKind,
+    /// The agent's command: the guest `strata` CLI.
+    pub argv: Vec<String>,
+    /// The caps file the agent writes first.
+    pub files: Vec<GuestFile>,
+    /// The result file the agent sends back.
+    pub report: String,
+    /// A host path for the input disk (image or module), if any.
+    pub input: Option<PathBuf>,
+}
+
+/// The inner run for `tool` under `caps` (the grants already mounted at their guest paths by
+/// the agent).
+///
+/// # Errors
+/// [`Error::Invalid`] for a container spec the guest cannot run (an engine runtime, a kept
+/// workspace) or caps that do not serialize.
+pub fn plan(tool: &Tool, caps: &Caps) -> Result<InnerRun> {
+    let mut inner = caps.clone();
+    inner.mounts = caps
+        .mounts
+        .iter()
+        .map(|m| Mount::new(m.guest.clone(), m.guest.clone(), m.access))
+        .collect();
+    inner.net = Net::None;
+    inner.stdin = Vec::new();
+    inner.agent = None;
+    inner.secrets = Vec::new();
+    let mut input = None;
+    let mut args: Vec<String> = Vec::new();
+    let backend = if let Some(spec) = &caps.container {
+        if spec.runtime != ContainerRuntime::Native {
+            return Err(Error::invalid(format!(
+                "the microvm backend runs images with the native runtime inside the guest (asked for {})",
+                spec.runtime
+            )));
+        }
+        if spec.workspace.is_some() {
+            return Err(Error::invalid(
+                "a kept container workspace is not supported inside the microvm backend",
+            ));
+        }
+        let host = PathBuf::from(&spec.image);
+        let guest = input_path(&host)?;
+        input = Some(host);
+        let mut spec = spec.clone();
+        spec.image = guest;
+        inner.container = Some(spec);
+        BackendKind::Container
+    } else if let Tool::Wasm { module, .. } = tool {
+        let guest = input_path(module)?;
+        input = Some(module.clone());
+        args.push(guest);
+        BackendKind::Wasm
+    } else {
+        BackendKind::Process
+    };
+    let caps_json = serde_json::to_vec(&inner)
+        .map_err(|e| Error::invalid(format!("caps for the guest: {e}")))?;
+    let mut argv = vec![
+        format!("{TOOLS_DIR}/strata"),
+        "run".into(),
+        "--backend".into(),
+        backend.to_string(),
+        "--caps".into(),
+        CAPS_FILE.into(),
+        "--result-file".into(),
+        RESULT_FILE.into(),
+        "--stdin".into(),
+        "--raw-output".into(),
+    ];
+    match tool {
+        Tool::Command { argv: command } => {
+            argv.push("--".into());
+            argv.extend(command.iter().cloned());
+        }
+        Tool::Script { language, source } => {
+            argv.extend(["--script".into(), language.to_string(), "--".into()]);
+            argv.push(source.clone());
+        }
+        Tool::Wasm {
+            args: wasm_args, ..
+        } => {
+            argv.push("--".into());
+            argv.extend(args);
+            argv.extend(wasm_args.iter().cloned());
+        }
+        _ => return Err(Error::invalid("unknown tool kind")),
+    }
+    Ok(InnerRun {
+        backend,
+        argv,
+        files: vec![GuestFile {
+            path: CAPS_FILE.into(),
+            data: caps_json,
+        }],
+        report: RESULT_FILE.into(),
+        input,
+    })
+}
+
+/// Where `host` (a file or a directory) appears in the guest on the input disk.
+fn input_path(host: &Path) -> Result<String> {
+    let meta =
+        std::fs::metadata(host).map_err(|e| Error::invalid(format!("{}: {e}", host.display())))?;
+    if meta.is_dir() {
+        return Ok(INPUT_DIR.into());
+    }
+    let name = host
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("{}: no file name", host.display())))?;
+    Ok(format!("{INPUT_DIR}/{}", name.to_string_lossy()))
+}
+
+/// The input disk's contents: `host` itself when it is a directory, else a directory under
+/// `scratch` holding a copy of the file.
+///
+/// # Errors
+/// When the file cannot be copied.
+pub fn input_dir(host: &Path, scratch: &Path) -> Result<PathBuf> {
+    if host.is_dir() {
+        return Ok(host.to_path_buf());
+    }
+    let dir = scratch.join("input");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::setup("microvm: input disk", e))?;
+    let name = host.file_name().unwrap_or_default();
+    let to = dir.join(name);
+    if std::fs::hard_link(host, &to).is_err() {
+        std::fs::copy(host, &to).map_err(|e| Error::setup("microvm: input disk", e))?;
+    }
+    Ok(dir)
+}
+
+/// What the inner run reported.
+#[derive(Debug)]
+pub struct InnerResult {
+    /// How the tool ended inside.
+    pub status: ExitStatus,
+    /// The inner sandbox's receipt.
+    pub receipt: Receipt,
+}
+
+/// Parses the inner CLI's result file.
+///
+/// # Errors
+/// The inner run's own error (with its kind), or [`Error::Internal`] when the report is
+/// missing or malformed.
+pub fn parse(report: Option<&[u8]>, stderr: &[u8]) -> Result<InnerResult> {
+    let data = report.unwrap_or_default();
+    if data.is_empty() {
+        return Err(Error::Internal {
+            message: format!(
+                "microvm: the sandbox inside the guest reported nothing ({})",
+                String::from_utf8_lossy(stderr).trim()
+            ),
+            source: None,
+        });
+    }
+    let value: serde_json::Value = serde_json::from_slice(data).map_err(|e| Error::Internal {
+        message: format!("microvm: malformed result from inside the guest: {e}"),
+        source: None,
+    })?;
+    if let Some(error) = value.get("error") {
+        let kind = error.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+        let message = format!(
+            "inside the microVM: {}",
+            error.get("message").and_then(|m| m.as_str()).unwrap_or("")
+        );
+        return Err(match kind {
+            "invalid_request" => Error::invalid(message),
+            "unenforceable" => {
+                Error::unenforceable("microvm: the sandbox inside the guest", message)
+            }
+            "backend_unavailable" => Error::unavailable(BackendKind::Microvm, message),
+            _ => Error::Internal {
+                message,
+                source: None,
+            },
+        });
+    }
+    let receipt: Receipt =
+        serde_json::from_value(value.get("receipt").cloned().unwrap_or_default()).map_err(|e| {
+            Error::Internal {
+                message: format!("microvm: malformed receipt from inside the guest: {e}"),
+                source: None,
+            }
+        })?;
+    let signal = value
+        .get("signal")
+        .and_then(|s| s.as_i64())
+        .map(|s| s as i32);
+    let limit: Option<LimitKind> = value
+        .get("limit")
+        .cloned()
+        .and_then(|l| serde_json::from_value(l).ok());
+    let status = match (
+        limit,
+        signal,
+        value.get("exit_code").and_then(|c| c.as_i64()),
+    ) {
+        (Some(limit), signal, _) => ExitStatus::Limit { limit, signal },
+        (None, Some(signal), _) => ExitStatus::Signaled { signal },
+        (None, None, Some(code)) => ExitStatus::Exited { code: code as i32 },
+        (None, None, None) => {
+            return Err(Error::Internal {
+                message: "microvm: the inner result has no status".into(),
+                source: None,
+            })
+        }
+    };
+    Ok(InnerResult { status, receipt })
+}
+
+/// Folds the inner receipt into the VM's: the inner backend becomes the next layer, its
+/// enforcements, gaps and denials are listed with `in the guest:` before their mechanism
+/// or detail.
+pub fn merge(outer: &mut Receipt, inner: Receipt) {
+    outer.layers.extend(inner.layers);
+    for mut e in inner.enforced {
+        e.mechanism = format!("in the guest: {}", e.mechanism);
+        outer.enforced.push(e);
+    }
+    for mut g in inner.gaps {
+        g.reason = format!("in the guest: {}", g.reason);
+        outer.gaps.push(g);
+    }
+    for mut d in inner.denials {
+        d.detail = format!("in the guest: {}", d.detail);
+        outer.denials.push(d);
+    }
+    if outer.container.is_none() {
+        outer.container = inner.container;
+    }
+}
