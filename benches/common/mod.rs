@@ -34,6 +34,7 @@ pub fn default_sandbox() -> Sandbox {
 
 /// `bwrap --unshare-all` running `/bin/true` with the same read-only system view Strata
 /// gives by default.
+#[allow(dead_code)] // not microvm_compare
 pub fn bwrap() -> Command {
     let mut cmd = Command::new("bwrap");
     cmd.args([

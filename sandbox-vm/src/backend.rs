@@ -13,6 +13,7 @@ use sandbox_core::{
 use crate::artifacts::GuestArtifacts;
 use crate::grants::{self, Prepared};
 use crate::inner;
+use crate::pool::{self, Pool};
 use crate::probe::{self, AccelProbe};
 use crate::protocol::{GuestExit, GuestLimit, GuestRlimits, RunRequest};
 use crate::qemu::Qemu;
@@ -70,6 +71,9 @@ pub struct MicrovmBackend {
     console_cap: usize,
     snapshots: bool,
     layers: bool,
+    pool_size: usize,
+    pool: Arc<Pool>,
+    keeper: pool::Keeper,
     accel: OnceLock<AccelProbe>,
 }
 
@@ -102,6 +106,9 @@ impl MicrovmBackend {
             console_cap: DEFAULT_CONSOLE_CAP,
             snapshots: true,
             layers: true,
+            pool_size: 0,
+            pool: Arc::new(Pool::default()),
+            keeper: pool::Keeper::default(),
             accel: OnceLock::new(),
         }
     }
@@ -154,6 +161,62 @@ impl MicrovmBackend {
     pub fn layers(mut self, enabled: bool) -> Self {
         self.layers = enabled;
         self
+    }
+
+    /// Keep this many VMs restored and idle per VM shape, so a run without grants or an
+    /// image skips the restore (a replacement is restored in the background after each
+    /// run). Default: 0 (each run restores its own VM). Needs snapshots. Each idle VM holds
+    /// host memory (see the benchmark) and a QEMU process.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Fills the pool for runs with `caps`' VM shape (guest RAM, vCPUs) now, blocking
+    /// until [`MicrovmBackend::pool_size`] VMs idle; returns how many idle.
+    ///
+    /// # Errors
+    /// As a run's setup: missing guest, a snapshot that cannot be made.
+    pub fn prewarm(&self, caps: &Caps) -> Result<usize> {
+        let artifacts = self.artifacts()?;
+        let plan = plan(caps, Strictness::BestEffort, true)?;
+        let shape = Shape {
+            memory_mib: plan.memory_mib,
+            vcpus: plan.vcpus,
+            accel: self.accel()?.accel,
+        };
+        let snap = self.snapshot(&artifacts, shape)?;
+        let (done, finished) = std::sync::mpsc::channel();
+        self.refill(self.restorer(&artifacts, &snap, shape), Some(done));
+        let _ = finished.recv();
+        Ok(self.pool.len())
+    }
+
+    /// The process ids of the idle pooled VMs' VMMs (for memory measurements).
+    pub fn idle_vmm_pids(&self) -> Vec<u32> {
+        self.pool.pids()
+    }
+
+    /// Tops the pool up on the keeper thread.
+    fn refill(&self, restorer: Restorer, done: Option<std::sync::mpsc::Sender<()>>) {
+        self.keeper.submit(pool::Job {
+            pool: Arc::clone(&self.pool),
+            target: self.pool_size,
+            restore_one: Box::new(move || restorer.restore_one()),
+            done,
+        });
+    }
+
+    fn restorer(&self, artifacts: &GuestArtifacts, snap: &Snapshot, shape: Shape) -> Restorer {
+        Restorer {
+            vmm: Arc::clone(&self.vmm),
+            pool: Arc::clone(&self.pool),
+            console_cap: self.console_cap,
+            ready_timeout: self.ready_timeout,
+            artifacts: artifacts.clone(),
+            snap: snap.clone(),
+            shape,
+        }
     }
 
     fn artifacts(&self) -> Result<GuestArtifacts> {
@@ -239,18 +302,7 @@ impl MicrovmBackend {
         dir: &Path,
         shape: Shape,
     ) -> Result<VmConfig> {
-        Ok(VmConfig {
-            kernel: artifacts.kernel.clone(),
-            initrd: artifacts.initramfs.clone(),
-            disks: vec![Self::root_disk(artifacts), Self::tools_disk(artifacts)?],
-            memory_mib: shape.memory_mib,
-            vcpus: shape.vcpus,
-            accel: shape.accel,
-            dir: dir.to_path_buf(),
-            console_cap: self.console_cap,
-            connect_timeout: Duration::from_secs(10),
-            incoming: None,
-        })
+        base_config(self.console_cap, artifacts, dir, shape)
     }
 
     /// A VM booted from scratch with `grants` (the disks of [`grants::prepare`]).
@@ -321,42 +373,108 @@ impl MicrovmBackend {
             for i in 0..grants::SLOTS {
                 let _ = std::fs::remove_file(snap.dir.join(format!("slot{i}.img")));
             }
+            for socket in ["agent.sock", "qmp.sock"] {
+                let _ = std::fs::remove_file(snap.dir.join(socket));
+            }
             saved
         })
     }
+}
 
-    /// A VM restored from `snap` with `grants` in the first slots and `input` in the last.
-    fn restore_config(
-        &self,
-        artifacts: &GuestArtifacts,
-        snap: &Snapshot,
-        dir: &Path,
-        shape: Shape,
-        disks: &RunDisks,
-    ) -> Result<VmConfig> {
-        let mut config = self.base_config(artifacts, dir, shape)?;
-        config.incoming = Some(snap.state.clone());
-        let placeholder = |i: usize| Disk {
-            path: snap.placeholder.clone(),
-            read_only: true,
-            serial: grants::slot_serial(i),
-        };
-        for i in 0..grants::MAX_GRANTS {
-            config.disks.push(
-                disks
-                    .grants
-                    .get(i)
-                    .cloned()
-                    .unwrap_or_else(|| placeholder(i)),
-            );
-        }
+/// The devices every VM has: kernel, initramfs, root and tools disks, the agent channel.
+fn base_config(
+    console_cap: usize,
+    artifacts: &GuestArtifacts,
+    dir: &Path,
+    shape: Shape,
+) -> Result<VmConfig> {
+    Ok(VmConfig {
+        kernel: artifacts.kernel.clone(),
+        initrd: artifacts.initramfs.clone(),
+        disks: vec![
+            MicrovmBackend::root_disk(artifacts),
+            MicrovmBackend::tools_disk(artifacts)?,
+        ],
+        memory_mib: shape.memory_mib,
+        vcpus: shape.vcpus,
+        accel: shape.accel,
+        dir: dir.to_path_buf(),
+        console_cap,
+        connect_timeout: Duration::from_secs(10),
+        incoming: None,
+    })
+}
+
+/// A VM restored from `snap` with `grants` in the first slots and `input` in the last.
+fn restore_config(
+    console_cap: usize,
+    artifacts: &GuestArtifacts,
+    snap: &Snapshot,
+    dir: &Path,
+    shape: Shape,
+    disks: &RunDisks,
+) -> Result<VmConfig> {
+    let mut config = base_config(console_cap, artifacts, dir, shape)?;
+    config.incoming = Some(snap.state.clone());
+    let placeholder = |i: usize| Disk {
+        path: snap.placeholder.clone(),
+        read_only: true,
+        serial: grants::slot_serial(i),
+    };
+    for i in 0..grants::MAX_GRANTS {
         config.disks.push(
             disks
-                .input
-                .clone()
-                .unwrap_or_else(|| placeholder(grants::MAX_GRANTS)),
+                .grants
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| placeholder(i)),
         );
-        Ok(config)
+    }
+    config.disks.push(
+        disks
+            .input
+            .clone()
+            .unwrap_or_else(|| placeholder(grants::MAX_GRANTS)),
+    );
+    Ok(config)
+}
+
+/// Restores pooled VMs (on a background thread after a run took one).
+struct Restorer {
+    vmm: Arc<dyn Vmm>,
+    pool: Arc<Pool>,
+    console_cap: usize,
+    ready_timeout: Duration,
+    artifacts: GuestArtifacts,
+    snap: Snapshot,
+    shape: Shape,
+}
+
+impl Restorer {
+    /// Restores one VM into the pool; `false` when that failed.
+    fn restore_one(&self) -> bool {
+        let empty = RunDisks {
+            grants: Vec::new(),
+            input: None,
+        };
+        let pooled = pool::restore(&self.vmm, self.shape, self.ready_timeout, |dir| {
+            restore_config(
+                self.console_cap,
+                &self.artifacts,
+                &self.snap,
+                dir,
+                self.shape,
+                &empty,
+            )
+            .ok()
+        });
+        match pooled {
+            Some(pooled) => {
+                self.pool.put(pooled);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -612,9 +730,21 @@ impl Backend for MicrovmBackend {
             vcpus: plan.vcpus,
             accel: accel.accel,
         };
+        let mut pooled = None;
         let (config, boot, snapshot) = if self.snapshots {
             let snap = self.snapshot(&artifacts, shape)?;
-            let config = self.restore_config(&artifacts, &snap, dir.path(), shape, &disks)?;
+            if self.pool_size > 0 && disks.grants.is_empty() && disks.input.is_none() {
+                pooled = self.pool.take(shape, &snap.state);
+                self.refill(self.restorer(&artifacts, &snap, shape), None);
+            }
+            let config = restore_config(
+                self.console_cap,
+                &artifacts,
+                &snap,
+                dir.path(),
+                shape,
+                &disks,
+            )?;
             (config, Boot::Restored, Some(snap))
         } else {
             let config = self.cold_config(&artifacts, dir.path(), shape, disks.all())?;
@@ -636,7 +766,15 @@ impl Backend for MicrovmBackend {
             stdin: &caps.stdin,
             archives,
         };
-        let result = session::run(self.vmm.as_ref(), &config, run_plan, ctx);
+        let from_pool = pooled.is_some();
+        let result = match pooled {
+            Some(pooled) => {
+                let result = session::run_on(pooled.vm, run_plan, ctx);
+                drop(pooled.dir);
+                result
+            }
+            None => session::run(self.vmm.as_ref(), &config, run_plan, ctx),
+        };
         if let (Err(Error::Setup { stage, .. }), Some(snap)) = (&result, &snapshot) {
             if stage.contains("not ready") || stage.contains("exited") {
                 // The VMM could not resume this state (a changed QEMU, a damaged file):
@@ -701,6 +839,7 @@ impl Backend for MicrovmBackend {
             rootfs: &artifacts.rootfs_version,
             boot: vm.boot,
             restored: boot == Boot::Restored,
+            pooled: from_pool,
         };
         self.fill_receipt(&mut receipt, caps, &plan, &accel, &guest);
         grant_receipt(&mut receipt, caps, &prepared, &written_back);
@@ -815,6 +954,7 @@ struct GuestSeen<'a> {
     rootfs: &'a str,
     boot: Duration,
     restored: bool,
+    pooled: bool,
 }
 
 /// What came of each read-write grant: applied, or why not.
@@ -907,7 +1047,13 @@ impl MicrovmBackend {
                 "guest kernel {kernel}; {} vCPU, {} MiB; {} in {} ms; the tool's processes, IPC, hostname and system calls belong to the guest",
                 plan.vcpus,
                 plan.memory_mib,
-                if guest.restored { "restored from a snapshot (RNG reseeded, clock set)" } else { "booted" },
+                if guest.pooled {
+                    "restored from a snapshot ahead of the run (pool; RNG reseeded, clock set), ready"
+                } else if guest.restored {
+                    "restored from a snapshot (RNG reseeded, clock set)"
+                } else {
+                    "booted"
+                },
                 boot.as_millis()
             ),
         );

@@ -9,7 +9,8 @@
 //! Module map: [`protocol`] (frames, messages, decoder), [`vmm`] (the VMM seam),
 //! [`qemu`] (QEMU microvm), [`artifacts`] (locating kernel, initramfs, root image, agent;
 //! the guest tools disk), [`probe`] (KVM or TCG), [`session`] (one run in
-//! one VM), [`snapshot`] (boot once, restore per run), [`grants`] (host directories as
+//! one VM), [`snapshot`] (boot once, restore per run), [`pool`] (VMs restored ahead of
+//! time), [`grants`] (host directories as
 //! disk images, read-write ones written back through a filter), [`inner`] (the sandbox
 //! inside the guest: process, container, wasm), `backend`
 //! ([`MicrovmBackend`]).
@@ -21,6 +22,7 @@ pub mod artifacts;
 mod backend;
 pub mod grants;
 pub mod inner;
+pub mod pool;
 pub mod probe;
 pub mod protocol;
 pub mod qemu;

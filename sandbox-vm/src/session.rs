@@ -95,6 +95,14 @@ pub fn run(vmm: &dyn Vmm, config: &VmConfig, plan: RunPlan<'_>, ctx: &RunContext
     result
 }
 
+/// Runs the plan on `vm`, a VM already running (a pooled one, restored earlier and waiting
+/// for its hello), then shuts it down.
+pub fn run_on(mut vm: Box<dyn VmInstance>, plan: RunPlan<'_>, ctx: &RunContext) -> Result<VmRun> {
+    let result = drive(vm.as_mut(), Instant::now(), plan, ctx);
+    vm.shutdown();
+    result
+}
+
 /// Waits for a cold-booted agent's `ready`.
 pub(crate) fn wait_ready(
     vm: &mut dyn VmInstance,

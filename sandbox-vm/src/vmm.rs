@@ -105,6 +105,9 @@ pub trait VmInstance: Send {
     /// When the channel is closed (after [`VmInstance::shutdown`]) or cannot be duplicated.
     fn agent(&self) -> std::io::Result<UnixStream>;
 
+    /// The VMM's process id, for measurements (`None` once reaped).
+    fn pid(&self) -> Option<u32>;
+
     /// Whether the VMM process has exited (then the agent channel is dead).
     fn exited(&mut self) -> bool;
 

@@ -750,3 +750,52 @@ fn microvm_runs_wasm_in_the_wasm_backend_inside_the_guest() {
         ]
     );
 }
+
+#[test]
+fn pooled_vms_serve_one_run_each_and_leave_nothing_behind() {
+    let _turn = turn();
+    let before = strata_vm_dirs();
+    {
+        let backend = backend().pool_size(1).layers(false);
+        assert_eq!(backend.prewarm(&Caps::new()).expect("prewarm"), 1);
+        assert_eq!(backend.idle_vmm_pids().len(), 1);
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            // Wait for the background refill, so the run takes a pooled VM.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while backend.idle_vmm_pids().is_empty() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let out = backend
+                .run(
+                    &sh("cat /tmp/mark 2>/dev/null; echo used > /tmp/mark; head -c 16 /dev/urandom | od -An -tx1"),
+                    &Caps::new(),
+                    &RunContext::default(),
+                )
+                .expect("pooled run");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(!stdout.contains("used"), "a pooled VM was reused: {stdout}");
+            assert!(
+                detail_has(&out.receipt, Capability::Processes, "ahead of the run"),
+                "{}",
+                out.receipt
+            );
+            seen.push(stdout);
+        }
+        assert_ne!(
+            seen[0], seen[1],
+            "two pooled VMs read the same random bytes"
+        );
+    }
+    // The backend is gone: its idle VMs with it (the refill thread may finish one first).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !my_qemus().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(my_qemus().is_empty(), "pooled QEMU left: {:?}", my_qemus());
+    let leaked: Vec<_> = strata_vm_dirs()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert!(leaked.is_empty(), "temp dirs left behind: {leaked:?}");
+}
