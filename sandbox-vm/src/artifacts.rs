@@ -53,6 +53,9 @@ impl GuestArtifacts {
                 None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/cache/vm"),
             },
         };
+        // Normalized (the jail refuses `..` in granted paths).
+        let dir = std::fs::canonicalize(&dir)
+            .map_err(|e| format!("guest directory {}: {e}: {BUILD_HINT}", dir.display()))?;
         let kernel = dir.join("vmlinuz");
         let initramfs = dir.join("initramfs.cpio.gz");
         let rootfs = dir.join("rootfs.ext4");

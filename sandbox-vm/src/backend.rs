@@ -74,6 +74,7 @@ pub struct MicrovmBackend {
     pool_size: usize,
     pool: Arc<Pool>,
     keeper: pool::Keeper,
+    confined: bool,
     accel: OnceLock<AccelProbe>,
 }
 
@@ -98,7 +99,7 @@ impl MicrovmBackend {
     /// The backend with the defaults above.
     pub fn new() -> Self {
         MicrovmBackend {
-            vmm: Arc::new(Qemu::default()),
+            vmm: Arc::new(Self::jailed_qemu()),
             guest_dir: None,
             agent: None,
             require_hardware: false,
@@ -109,13 +110,35 @@ impl MicrovmBackend {
             pool_size: 0,
             pool: Arc::new(Pool::default()),
             keeper: pool::Keeper::default(),
+            confined: true,
             accel: OnceLock::new(),
         }
     }
 
-    /// Another VMM implementation (default: [`Qemu`]).
+    /// QEMU confined by the process backend (its own namespaces, seccomp, landlock limited
+    /// to the VM's files, a cgroup capping its memory, an unprivileged uid), no warm pool.
+    fn jailed_qemu() -> Qemu {
+        let jail = sandbox_os::ProcessBackend::new().with_warm_pool(0);
+        Qemu::default().jailed(Arc::new(jail))
+    }
+
+    /// Confine the VMM in the process backend's sandbox (default: `true`). With `false`
+    /// QEMU runs as the embedder, still dying with it (`--pdeathsig`). Replaces a VMM set
+    /// with [`MicrovmBackend::with_vmm`].
+    pub fn confine_vmm(mut self, confine: bool) -> Self {
+        self.vmm = Arc::new(if confine {
+            Self::jailed_qemu()
+        } else {
+            Qemu::default()
+        });
+        self.confined = confine;
+        self
+    }
+
+    /// Another VMM implementation (default: [`Qemu`], jailed).
     pub fn with_vmm(mut self, vmm: Arc<dyn Vmm>) -> Self {
         self.vmm = vmm;
+        self.confined = false;
         self
     }
 
@@ -1057,6 +1080,14 @@ impl MicrovmBackend {
                 boot.as_millis()
             ),
         );
+        if self.confined {
+            receipt.enforce(
+                Capability::Processes,
+                Mechanism::Namespace,
+                "jailed VMM",
+                "VMM confined: QEMU runs in the process backend's sandbox (own user, mount, pid and network namespaces, seccomp, landlock limited to the VM's files, a cgroup capping its memory, an unprivileged uid)",
+            );
+        }
         for cap in [Capability::Ipc, Capability::Uts, Capability::Syscalls] {
             receipt.enforce(
                 cap,

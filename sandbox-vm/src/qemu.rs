@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sandbox_core::{Error, Result};
+use sandbox_core::{
+    Access, Backend, ByteSize, CancelToken, Caps, Error, Limits, Result, RunContext, Stream, Tool,
+};
 
 use crate::protocol::PORT_NAME;
 use crate::vmm::{Accel, VmConfig, VmInstance, Vmm};
@@ -27,15 +29,26 @@ use crate::vmm::{Accel, VmConfig, VmInstance, Vmm};
 const TCG_TB_MIB: u32 = 32;
 
 /// QEMU's x86 system emulator driven as a microvm.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Qemu {
     binary: PathBuf,
+    jail: Option<Arc<dyn Backend>>,
+}
+
+impl std::fmt::Debug for Qemu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qemu")
+            .field("binary", &self.binary)
+            .field("jailed", &self.jail.is_some())
+            .finish()
+    }
 }
 
 impl Default for Qemu {
     fn default() -> Self {
         Qemu {
             binary: PathBuf::from("qemu-system-x86_64"),
+            jail: None,
         }
     }
 }
@@ -45,7 +58,16 @@ impl Qemu {
     pub fn with_binary(binary: impl Into<PathBuf>) -> Self {
         Qemu {
             binary: binary.into(),
+            jail: None,
         }
+    }
+
+    /// Runs QEMU as a tool of `jail` (the process backend: its own namespaces, seccomp,
+    /// landlock limited to the files the VM needs, a cgroup, an unprivileged uid), the way
+    /// Firecracker's jailer confines its VMM. Default: not jailed.
+    pub fn jailed(mut self, jail: Arc<dyn Backend>) -> Self {
+        self.jail = Some(jail);
+        self
     }
 
     /// The binary this driver runs.
@@ -75,6 +97,18 @@ impl Qemu {
             }
             None => Command::new(&self.binary),
         };
+        cmd.args(Self::args(config, agent_sock, qmp_sock))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env_clear()
+            .process_group(0);
+        cmd
+    }
+
+    /// QEMU's arguments for `config`.
+    fn args(config: &VmConfig, agent_sock: &Path, qmp_sock: &Path) -> Vec<String> {
+        let mut cmd = ArgList::default();
         // TCG's translation cache defaults to 1 GiB of host memory per VM; 32 MiB holds a
         // guest's hot code (measured: no slower for tools, far less resident memory).
         let (accel, cpu) = match config.accel {
@@ -118,12 +152,67 @@ impl Qemu {
             // Loaded over QMP once the capabilities match the saving side's.
             cmd.args(["-incoming", "defer"]);
         }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env_clear()
-            .process_group(0);
-        cmd
+        cmd.0
+    }
+
+    /// The jail's caps for `config`: the VM's files and nothing else.
+    fn jail_caps(config: &VmConfig) -> Caps {
+        let mut caps = Caps::new();
+        let dir = config.dir.clone();
+        caps = caps.mount(&dir, &dir, Access::ReadWrite);
+        let mut seen = std::collections::BTreeSet::new();
+        let files = [&config.kernel, &config.initrd]
+            .into_iter()
+            .map(|p| (p, true))
+            .chain(config.disks.iter().map(|d| (&d.path, d.read_only)))
+            .chain(config.incoming.iter().map(|p| (p, true)));
+        for (path, read_only) in files {
+            if path.starts_with(&dir) || !seen.insert(path.clone()) {
+                continue;
+            }
+            let access = if read_only {
+                Access::ReadOnly
+            } else {
+                Access::ReadWrite
+            };
+            caps = caps.mount(path, path, access);
+        }
+        caps.limits = Limits {
+            timeout: JAIL_LIFETIME,
+            cpu_time: JAIL_LIFETIME,
+            memory: ByteSize::mib(config.memory_mib + JAIL_OVERHEAD_MIB),
+            processes: 256,
+            open_files: 4096,
+            output: ByteSize::mib(16),
+            file_size: ByteSize::gib(128),
+            ..Limits::default()
+        };
+        caps
+    }
+}
+
+/// How long a jailed VMM may live at most (runs end it much earlier).
+const JAIL_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// Host memory a jailed VMM may use on top of its guest's RAM: QEMU itself and the TCG
+/// translation cache.
+const JAIL_OVERHEAD_MIB: u64 = 384;
+
+/// An argument list built like a `Command`'s.
+#[derive(Default)]
+struct ArgList(Vec<String>);
+
+impl ArgList {
+    fn arg(&mut self, arg: impl AsRef<std::ffi::OsStr>) -> &mut Self {
+        self.0.push(arg.as_ref().to_string_lossy().into_owned());
+        self
+    }
+
+    fn args<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&mut self, args: I) -> &mut Self {
+        for arg in args {
+            self.arg(arg);
+        }
+        self
     }
 }
 
@@ -164,21 +253,64 @@ impl Vmm for Qemu {
             .map_err(|e| Error::setup("microvm: agent socket", e))?;
         let qmp_listener =
             UnixListener::bind(&qmp_sock).map_err(|e| Error::setup("microvm: QMP socket", e))?;
-        let mut child = self
-            .command(config, &agent_sock, &qmp_sock)
-            .spawn()
-            .map_err(|e| Error::setup(format!("microvm: starting {}", self.binary.display()), e))?;
         let console = Arc::new(Mutex::new(Tail::new(config.console_cap)));
         let stderr_tail = Arc::new(Mutex::new(Tail::new(16 * 1024)));
         let mut drains = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            drains.push(drain(out, Arc::clone(&console)));
-        }
-        if let Some(err) = child.stderr.take() {
-            drains.push(drain(err, Arc::clone(&stderr_tail)));
-        }
+        let process = match &self.jail {
+            None => {
+                let mut child = self
+                    .command(config, &agent_sock, &qmp_sock)
+                    .spawn()
+                    .map_err(|e| {
+                        Error::setup(format!("microvm: starting {}", self.binary.display()), e)
+                    })?;
+                if let Some(out) = child.stdout.take() {
+                    drains.push(drain(out, Arc::clone(&console)));
+                }
+                if let Some(err) = child.stderr.take() {
+                    drains.push(drain(err, Arc::clone(&stderr_tail)));
+                }
+                VmmProcess::Child(child)
+            }
+            Some(jail) => {
+                let mut argv = vec![self.binary.to_string_lossy().into_owned()];
+                argv.extend(Self::args(config, &agent_sock, &qmp_sock));
+                let tool = Tool::Command { argv };
+                let caps = Self::jail_caps(config);
+                let cancel = CancelToken::new();
+                let sink_console = Arc::clone(&console);
+                let sink_stderr = Arc::clone(&stderr_tail);
+                let ctx = RunContext {
+                    cancel: cancel.clone(),
+                    sink: Some(Arc::new(move |stream: Stream, chunk: &[u8]| match stream {
+                        Stream::Stdout => lock(&sink_console).push(chunk),
+                        _ => lock(&sink_stderr).push(chunk),
+                    })),
+                    ..RunContext::default()
+                };
+                let jail = Arc::clone(jail);
+                let outcome = Arc::clone(&stderr_tail);
+                let thread = thread::Builder::new()
+                    .name("strata-vmm".into())
+                    .spawn(move || {
+                        let result = jail.run(&tool, &caps, &ctx);
+                        let summary = match &result {
+                            Ok(out) => format!(" [jail: QEMU ended: {:?}]", out.status),
+                            Err(e) => format!(" [jail: {e}]"),
+                        };
+                        lock(&outcome).push(summary.as_bytes());
+                        result
+                    })
+                    .map_err(|e| Error::setup("microvm: starting the jailed VMM", e))?;
+                VmmProcess::Jailed {
+                    thread: Some(thread),
+                    cancel,
+                    agent_sock: agent_sock.clone(),
+                }
+            }
+        };
         let mut instance = QemuInstance {
-            child: Some(child),
+            child: Some(process),
             agent: None,
             qmp_listener,
             qmp: None,
@@ -200,9 +332,64 @@ impl Vmm for Qemu {
     }
 }
 
+/// The QEMU process: a child of this process, or a tool of the jail's backend run on a
+/// thread of its own.
+enum VmmProcess {
+    Child(Child),
+    Jailed {
+        thread: Option<thread::JoinHandle<Result<sandbox_core::RunOutput>>>,
+        cancel: CancelToken,
+        agent_sock: PathBuf,
+    },
+}
+
+impl VmmProcess {
+    fn exited(&mut self) -> bool {
+        match self {
+            VmmProcess::Child(child) => !matches!(child.try_wait(), Ok(None)),
+            VmmProcess::Jailed { thread, .. } => thread.as_ref().is_none_or(|t| t.is_finished()),
+        }
+    }
+
+    /// Kills the VMM and waits for it (the jail's run ends, its sandbox torn down).
+    fn kill(self) {
+        match self {
+            VmmProcess::Child(mut child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            VmmProcess::Jailed { thread, cancel, .. } => {
+                cancel.cancel();
+                if let Some(thread) = thread {
+                    let _ = thread.join();
+                }
+            }
+        }
+    }
+
+    /// The QEMU process id (for a jailed one: found by its agent socket in `/proc`).
+    fn pid(&self) -> Option<u32> {
+        match self {
+            VmmProcess::Child(child) => Some(child.id()),
+            VmmProcess::Jailed { agent_sock, .. } => {
+                let needle = format!("path={}", agent_sock.display());
+                std::fs::read_dir("/proc")
+                    .ok()?
+                    .flatten()
+                    .find_map(|entry| {
+                        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+                        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                        let text = String::from_utf8_lossy(&cmdline);
+                        (text.contains("qemu-system") && text.contains(&needle)).then_some(pid)
+                    })
+            }
+        }
+    }
+}
+
 /// A running QEMU; dropping it kills and reaps the process.
 struct QemuInstance {
-    child: Option<Child>,
+    child: Option<VmmProcess>,
     agent: Option<UnixStream>,
     qmp_listener: UnixListener,
     qmp: Option<Qmp>,
@@ -390,12 +577,12 @@ impl VmInstance for QemuInstance {
     }
 
     fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().and_then(VmmProcess::pid)
     }
 
     fn exited(&mut self) -> bool {
         match self.child.as_mut() {
-            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            Some(child) => child.exited(),
             None => true,
         }
     }
@@ -470,13 +657,12 @@ impl VmInstance for QemuInstance {
     }
 
     fn shutdown(&mut self) {
-        let Some(mut child) = self.child.take() else {
+        let Some(child) = self.child.take() else {
             return;
         };
         // Nothing of a finished VM is kept (its disks are private copies, the grants came
         // back through the agent): it is killed, not asked to quit.
-        let _ = child.kill();
-        let _ = child.wait();
+        child.kill();
         self.agent = None;
         self.qmp = None;
         for drain in self.drains.drain(..) {
@@ -487,9 +673,8 @@ impl VmInstance for QemuInstance {
 
 impl Drop for QemuInstance {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            child.kill();
         }
     }
 }

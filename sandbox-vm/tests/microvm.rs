@@ -66,29 +66,109 @@ fn strata_vm_dirs() -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// QEMU processes whose parent is this test process.
+/// QEMU processes of VMs this test process started (their private directories are in its
+/// temp dir; jailed QEMUs are not its children).
 fn my_qemus() -> Vec<String> {
-    qemus_of(std::process::id())
+    qemus_in(&std::env::temp_dir())
 }
 
-/// QEMU processes whose parent is `parent` (their `/proc/PID/stat` lines).
-fn qemus_of(parent: u32) -> Vec<String> {
-    let me = parent.to_string();
+/// QEMU processes whose agent socket is in a `strata-vm-*` directory under `tmp` (their
+/// `/proc/PID/stat` lines).
+fn qemus_in(tmp: &Path) -> Vec<String> {
+    let needle = format!("path={}/strata-vm-", tmp.display());
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
-        let Some(close) = stat.rfind(')') else {
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if !cmdline.starts_with("qemu-system") || !cmdline.contains(&needle) {
             continue;
-        };
-        let comm = &stat[stat.find('(').unwrap_or(0) + 1..close];
-        let ppid = stat[close + 2..].split(' ').nth(1).unwrap_or("");
-        if comm.starts_with("qemu-system") && ppid == me {
-            found.push(stat);
+        }
+        if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
+            if !stat.contains(") Z ") {
+                found.push(stat);
+            }
         }
     }
     found
+}
+
+/// `/proc/PID/status` of a QEMU of this test process, waiting up to a minute for one.
+fn wait_for_my_qemu() -> (String, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(stat) = my_qemus().first() {
+            let pid = pid_of(stat);
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            return (pid, status);
+        }
+        assert!(Instant::now() < deadline, "no QEMU started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_vmm_is_jailed_and_cannot_see_host_files() {
+    let _turn = turn();
+    let backend = backend();
+    let canary = std::env::temp_dir().join(format!("strata-vmm-canary-{}", std::process::id()));
+    std::fs::write(&canary, "host secret").expect("canary");
+    let run = std::thread::spawn(move || {
+        backend.run(
+            &Tool::command(["/bin/sleep", "5"]),
+            &Caps::new(),
+            &RunContext::default(),
+        )
+    });
+    let (pid, status) = wait_for_my_qemu();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("")
+            .to_string()
+    };
+    let uid: u32 = field("Uid:").parse().unwrap_or(0);
+    assert_ne!(uid, 0, "QEMU runs as root: {status}");
+    assert_ne!(
+        uid,
+        rustix::process::getuid().as_raw(),
+        "QEMU runs as the embedder"
+    );
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    assert_eq!(field("Seccomp:"), "2", "{status}");
+    let ns = |p: &str, kind: &str| std::fs::read_link(format!("/proc/{p}/ns/{kind}")).ok();
+    for kind in ["mnt", "net", "pid", "user"] {
+        assert_ne!(
+            ns(&pid, kind),
+            ns("self", kind),
+            "QEMU shares the {kind} namespace"
+        );
+    }
+    // Its root is the jail's: the host file is not there, nor the host's home or /etc/shadow.
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    assert!(
+        !inside(&canary).exists(),
+        "the VMM sees {}",
+        canary.display()
+    );
+    assert!(
+        !inside(Path::new("/etc/shadow")).exists(),
+        "the VMM sees /etc/shadow"
+    );
+    let out = run.join().expect("run thread").expect("run");
+    std::fs::remove_file(&canary).ok();
+    assert_eq!(out.status, ExitStatus::Exited { code: 0 });
+    assert!(
+        out.receipt
+            .enforced_for(Capability::Processes)
+            .any(|e| e.detail.contains("VMM confined")),
+        "{}",
+        out.receipt
+    );
 }
 
 #[test]
@@ -337,7 +417,7 @@ fn qemu_of_a_sigkilled_embedder_dies_with_it() {
     let mut qemus = Vec::new();
     while qemus.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
-        qemus = qemus_of(inner.id());
+        qemus = qemus_in(tmp.path());
     }
     assert!(!qemus.is_empty(), "the embedder never started QEMU");
     let pids: Vec<String> = qemus.iter().map(|s| pid_of(s)).collect();
