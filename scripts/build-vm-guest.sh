@@ -29,9 +29,9 @@ mkdir -p "$out"
 exec 9>"$out/.lock"
 flock 9
 
-version=5 # bump when the recipe changes
+version=6 # bump when the recipe changes
 meta=linux-image-cloud-amd64
-modules=(virtio_mmio virtio_console virtio_blk overlay)
+modules=(virtio_mmio virtio_console virtio_blk overlay virtio_net)
 
 if ! command -v qemu-system-x86_64 >/dev/null; then
   if [ "$(id -u)" != 0 ]; then

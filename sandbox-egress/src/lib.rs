@@ -445,6 +445,34 @@ impl EgressProxy {
 }
 
 impl EgressProxy {
+    /// Like [`EgressProxy::attach`], for a Unix socket listener: a VM's user-mode network
+    /// relays each guest connection to the proxy's address onto this socket (in the run's
+    /// private directory), so the run's credential and policy apply to it alone.
+    pub fn attach_unix(
+        &self,
+        listener: std::os::unix::net::UnixListener,
+        grant: &RunGrant,
+    ) -> io::Result<Attached> {
+        listener.set_nonblocking(true)?;
+        let _entered = self.runtime.enter();
+        let unix = UnixListener::from_std(listener)?;
+        let runs: Arc<Runs> = Arc::default();
+        lock(&runs).insert(grant.token.clone(), grant.state.clone());
+        let weak = Arc::downgrade(&runs);
+        let clients = self.clients.clone();
+        let task = self.runtime.spawn(async move {
+            loop {
+                match unix.accept().await {
+                    Ok((stream, _)) => spawn_client(stream, weak.clone(), &clients),
+                    Err(err) => accept_error(err).await,
+                }
+            }
+        });
+        Ok(Attached { task, runs })
+    }
+}
+
+impl EgressProxy {
     /// Serves a transparent listener of the run of `grant`: a listener on `0.0.0.0:PORT`
     /// inside the sandbox, where connections arrive addressed to synthetic addresses that
     /// `names` maps back to host names (the sandbox's `/etc/hosts` gave the tool those

@@ -221,14 +221,38 @@ impl RunEgress {
         Ok(())
     }
 
+    /// Serves a Unix socket listener for this run (a VM's user-mode network relays guest
+    /// connections onto it).
+    pub fn attach_unix(
+        &mut self,
+        host: &EgressHost,
+        listener: std::os::unix::net::UnixListener,
+    ) -> Result<()> {
+        let attached = host
+            .proxy
+            .attach_unix(listener, &self.grant)
+            .map_err(|e| Error::setup("serve the egress socket", e))?;
+        self.attached = Some(attached);
+        Ok(())
+    }
+
+    /// The proxy URL with this run's credential, for a proxy reached at `addr`.
+    pub fn proxy_url_at(&self, addr: std::net::SocketAddr) -> String {
+        self.grant.proxy_url(addr)
+    }
+
     /// Stops serving the run and returns its decisions, and a denial for each refusal.
-    pub fn finish(mut self) -> (NetworkReceipt, Vec<Denial>) {
+    pub fn finish(self) -> (NetworkReceipt, Vec<Denial>) {
+        self.finish_as(egress_link::proxy_addr().to_string())
+    }
+
+    /// Like [`RunEgress::finish`], naming the enforcer as `enforcer` in the receipt.
+    pub fn finish_as(mut self, enforcer: String) -> (NetworkReceipt, Vec<Denial>) {
         drop(self.attached.take());
         self.transparent.clear();
-        let receipt = self.grant.receipt(
-            egress_link::proxy_addr().to_string(),
-            std::mem::take(&mut self.rules),
-        );
+        let receipt = self
+            .grant
+            .receipt(enforcer, std::mem::take(&mut self.rules));
         let denials = sandbox_egress::denials(&receipt);
         (receipt, denials)
     }

@@ -34,6 +34,7 @@ mod seccomp_table;
 mod supervise;
 mod sys;
 
+pub use egress_host::{EgressHost, RunEgress};
 pub use helper::main as helper_main;
 pub use identity::IdRange;
 pub use pool::{PoolSize, PoolStats};

@@ -19,7 +19,7 @@ use crate::protocol::{GuestExit, GuestLimit, GuestRlimits, RunRequest};
 use crate::qemu::Qemu;
 use crate::session::{self, ArchiveTarget, Boot, Ending, RunPlan};
 use crate::snapshot::{self, Shape, Snapshot};
-use crate::vmm::{Accel, Disk, VmConfig, Vmm};
+use crate::vmm::{Accel, Disk, NetRelay, VmConfig, Vmm};
 
 /// The serial number of the root disk; the guest's `/init` mounts the disk with it.
 const ROOT_SERIAL: &str = "strata-root";
@@ -75,6 +75,7 @@ pub struct MicrovmBackend {
     pool: Arc<Pool>,
     keeper: pool::Keeper,
     confined: bool,
+    egress: OnceLock<std::result::Result<sandbox_os::EgressHost, String>>,
     accel: OnceLock<AccelProbe>,
 }
 
@@ -111,6 +112,7 @@ impl MicrovmBackend {
             pool: Arc::new(Pool::default()),
             keeper: pool::Keeper::default(),
             confined: true,
+            egress: OnceLock::new(),
             accel: OnceLock::new(),
         }
     }
@@ -207,6 +209,7 @@ impl MicrovmBackend {
             memory_mib: plan.memory_mib,
             vcpus: plan.vcpus,
             accel: self.accel()?.accel,
+            network: false,
         };
         let snap = self.snapshot(&artifacts, shape)?;
         let (done, finished) = std::sync::mpsc::channel();
@@ -228,6 +231,29 @@ impl MicrovmBackend {
             restore_one: Box::new(move || restorer.restore_one()),
             done,
         });
+    }
+
+    /// Registers the run with the host egress proxy (started on first use) and serves it on
+    /// a socket in the run's directory, which the VM's relay joins guest connections to.
+    fn egress_for(&self, caps: &Caps, dir: &Path, artifacts: &GuestArtifacts) -> Result<VmEgress> {
+        let host = self
+            .egress
+            .get_or_init(|| sandbox_os::EgressHost::start().map_err(|e| e.to_string()));
+        let host = host
+            .as_ref()
+            .map_err(|e| Error::setup("microvm: egress proxy", std::io::Error::other(e.clone())))?;
+        let mut run = sandbox_os::RunEgress::register(host, &caps.net, &caps.limits)?;
+        let socket = dir.join("egress.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket)
+            .map_err(|e| Error::setup("microvm: egress socket", e))?;
+        run.attach_unix(host, listener)?;
+        Ok(VmEgress {
+            run,
+            relay: NetRelay {
+                program: artifacts.agent.clone(),
+                socket,
+            },
+        })
     }
 
     fn restorer(&self, artifacts: &GuestArtifacts, snap: &Snapshot, shape: Shape) -> Restorer {
@@ -265,6 +291,7 @@ impl MicrovmBackend {
             memory_mib: MIN_GUEST_MIB,
             vcpus: 1,
             accel: Accel::Kvm,
+            network: false,
         };
         let Ok(config) = self.cold_config(artifacts, dir.path(), shape, Vec::new()) else {
             return false;
@@ -281,6 +308,7 @@ impl MicrovmBackend {
             mounts: Vec::new(),
             files: Vec::new(),
             report: None,
+            network: false,
         };
         let plan = RunPlan {
             boot: Boot::Cold,
@@ -366,6 +394,12 @@ impl MicrovmBackend {
         let key = snapshot::key(shape, &inputs, &extra);
         snapshot::get_or_make(&store, &key, shape, |snap| {
             let mut config = self.base_config(artifacts, &snap.dir, shape)?;
+            if shape.network {
+                config.network = Some(NetRelay {
+                    program: artifacts.agent.clone(),
+                    socket: snap.dir.join("egress.sock"),
+                });
+            }
             // Placeholders are writable here (no grant is mounted while the snapshot is
             // taken, so nothing writes them): a restored slot may then be read-only or
             // read-write, since a read-only disk only adds a feature the guest did not
@@ -424,6 +458,7 @@ fn base_config(
         dir: dir.to_path_buf(),
         console_cap,
         connect_timeout: Duration::from_secs(10),
+        network: None,
         incoming: None,
     })
 }
@@ -439,6 +474,7 @@ fn restore_config(
 ) -> Result<VmConfig> {
     let mut config = base_config(console_cap, artifacts, dir, shape)?;
     config.incoming = Some(snap.state.clone());
+    config.network = disks.network.clone();
     let placeholder = |i: usize| Disk {
         path: snap.placeholder.clone(),
         read_only: true,
@@ -462,6 +498,17 @@ fn restore_config(
     Ok(config)
 }
 
+/// Where the guest reaches the egress proxy.
+const GUEST_PROXY_ADDR: std::net::SocketAddr = std::net::SocketAddr::V4(
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(10, 0, 2, 100), 3128),
+);
+
+/// A run's egress: its registration with the host proxy and the VM's relay to it.
+struct VmEgress {
+    run: sandbox_os::RunEgress,
+    relay: NetRelay,
+}
+
 /// Restores pooled VMs (on a background thread after a run took one).
 struct Restorer {
     vmm: Arc<dyn Vmm>,
@@ -479,6 +526,7 @@ impl Restorer {
         let empty = RunDisks {
             grants: Vec::new(),
             input: None,
+            network: None,
         };
         let pooled = pool::restore(&self.vmm, self.shape, self.ready_timeout, |dir| {
             restore_config(
@@ -501,10 +549,11 @@ impl Restorer {
     }
 }
 
-/// A run's own disks: its grants and the input disk of the layer inside.
+/// A run's own devices: its grants, the input disk of the layer inside, its network.
 struct RunDisks {
     grants: Vec<Disk>,
     input: Option<Disk>,
+    network: Option<NetRelay>,
 }
 
 impl RunDisks {
@@ -582,19 +631,16 @@ fn plan(caps: &Caps, strictness: Strictness, layered: bool) -> Result<Plan> {
                 }
             }
         };
-    if caps.net != Net::None {
+    if caps.net == Net::Host {
         return Err(Error::unenforceable(
             "net: microvm",
-            format!(
-                "the guest has no network device yet; only net none is supported (asked for {})",
-                caps.net
-            ),
+            "a guest's only way out is the egress proxy: use net none or an allowlist (allow:HOST[:PORT],...), not host",
         ));
     }
     if !caps.secrets.is_empty() {
         return Err(Error::unenforceable(
             "net: microvm secrets",
-            "secrets need a network allowlist, which the microvm backend does not support yet",
+            "secrets need the run's interception CA in the guest's trust store, which the microvm backend does not install yet",
         ));
     }
     if caps.container.is_some() && !layered {
@@ -666,11 +712,6 @@ impl Backend for MicrovmBackend {
         let artifacts = self.artifacts()?;
         let layered = self.layers && artifacts.inner.is_some();
         let argv = argv_for(tool, layered)?;
-        let inner = if layered {
-            Some(inner::plan(tool, caps)?)
-        } else {
-            None
-        };
         let plan = plan(caps, ctx.strictness, layered)?;
         let accel = self.accel()?;
         if self.require_hardware && accel.accel != Accel::Kvm {
@@ -683,11 +724,33 @@ impl Backend for MicrovmBackend {
                 ),
             ));
         }
+        let dir = private_dir().map_err(|e| Error::setup("microvm: private temp dir", e))?;
+        let egress = match &caps.net {
+            Net::Allow(_) => Some(self.egress_for(caps, dir.path(), &artifacts)?),
+            _ => None,
+        };
+        let proxy_env: Vec<(String, String)> = egress
+            .as_ref()
+            .map(|e| {
+                let url = e.run.proxy_url_at(GUEST_PROXY_ADDR);
+                sandbox_core::egress::PROXY_VARIABLES
+                    .iter()
+                    .map(|k| (k.to_string(), url.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let inner = if layered {
+            Some(inner::plan(tool, caps, &proxy_env)?)
+        } else {
+            None
+        };
         let limits = &caps.limits;
         let cwd = caps.effective_workdir().to_string_lossy().into_owned();
         let mut request = match &inner {
             None => {
                 let mut env = caps.env.clone();
+                env.retain(|k, _| !sandbox_core::egress::PROXY_VARIABLES.contains(&k.as_str()));
+                env.extend(proxy_env.iter().cloned());
                 for (key, value) in GUEST_ENV {
                     env.entry(key.to_string())
                         .or_insert_with(|| value.to_string());
@@ -708,6 +771,7 @@ impl Backend for MicrovmBackend {
                     mounts: Vec::new(),
                     files: Vec::new(),
                     report: None,
+                    network: egress.is_some(),
                 }
             }
             Some(inner) => RunRequest {
@@ -727,9 +791,9 @@ impl Backend for MicrovmBackend {
                 mounts: Vec::new(),
                 files: inner.files.clone(),
                 report: Some(inner.report.clone()),
+                network: egress.is_some(),
             },
         };
-        let dir = private_dir().map_err(|e| Error::setup("microvm: private temp dir", e))?;
         let prepared = grants::prepare(&caps.mounts, dir.path(), limits.disk.bytes())?;
         request.mounts = prepared.mounts.clone();
         let input = match inner.as_ref().and_then(|i| i.input.as_deref()) {
@@ -747,16 +811,22 @@ impl Backend for MicrovmBackend {
         let disks = RunDisks {
             grants: prepared.disks.clone(),
             input,
+            network: egress.as_ref().map(|e| e.relay.clone()),
         };
         let shape = Shape {
             memory_mib: plan.memory_mib,
             vcpus: plan.vcpus,
             accel: accel.accel,
+            network: egress.is_some(),
         };
         let mut pooled = None;
         let (config, boot, snapshot) = if self.snapshots {
             let snap = self.snapshot(&artifacts, shape)?;
-            if self.pool_size > 0 && disks.grants.is_empty() && disks.input.is_none() {
+            if self.pool_size > 0
+                && disks.grants.is_empty()
+                && disks.input.is_none()
+                && disks.network.is_none()
+            {
                 pooled = self.pool.take(shape, &snap.state);
                 self.refill(self.restorer(&artifacts, &snap, shape), None);
             }
@@ -770,7 +840,8 @@ impl Backend for MicrovmBackend {
             )?;
             (config, Boot::Restored, Some(snap))
         } else {
-            let config = self.cold_config(&artifacts, dir.path(), shape, disks.all())?;
+            let mut config = self.cold_config(&artifacts, dir.path(), shape, disks.all())?;
+            config.network = disks.network.clone();
             (config, Boot::Cold, None)
         };
         let archives = prepared
@@ -866,6 +937,24 @@ impl Backend for MicrovmBackend {
         };
         self.fill_receipt(&mut receipt, caps, &plan, &accel, &guest);
         grant_receipt(&mut receipt, caps, &prepared, &written_back);
+        if let Some(egress) = egress {
+            let (network, denials) = egress.run.finish_as(format!(
+                "{} in the guest -> the host's egress proxy",
+                NetRelay::GUEST_PROXY
+            ));
+            receipt.enforce(
+                Capability::Net,
+                Mechanism::Proxy,
+                "host egress proxy",
+                format!(
+                    "allowlist [{}]; the guest's one network device is QEMU's user-mode network with restrict=on: its only peer is {} (relayed to the run's proxy socket, credential per run); no other address, no DNS",
+                    network.rules.join(", "),
+                    NetRelay::GUEST_PROXY
+                ),
+            );
+            receipt.denials.extend(denials);
+            receipt.network = Some(network);
+        }
         for (cap, reason) in plan.gaps {
             receipt.gap(cap, reason);
         }
@@ -1102,12 +1191,14 @@ impl MicrovmBackend {
             vm.clone(),
             format!("the root is a read-only disk image ({}; QEMU opens it readonly=on) under an overlay whose writes stay in guest RAM and die with the VM; host paths only as the grants' disk images below", guest.rootfs),
         );
-        receipt.enforce(
-            Capability::Net,
-            Mechanism::Vm,
-            vm.clone(),
-            "no network device (-nodefaults, no -netdev)",
-        );
+        if caps.net == Net::None {
+            receipt.enforce(
+                Capability::Net,
+                Mechanism::Vm,
+                vm.clone(),
+                "no network device (-nodefaults, no -netdev)",
+            );
+        }
         let keys: Vec<&str> = caps.env.keys().map(String::as_str).collect();
         receipt.enforce(
             Capability::Env,

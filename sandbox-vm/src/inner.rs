@@ -48,19 +48,28 @@ pub struct InnerRun {
 }
 
 /// The inner run for `tool` under `caps` (the grants already mounted at their guest paths by
-/// the agent).
+/// the agent; `proxy_env`: the egress proxy variables when the run has an allowlist).
 ///
 /// # Errors
 /// [`Error::Invalid`] for a container spec the guest cannot run (an engine runtime, a kept
 /// workspace) or caps that do not serialize.
-pub fn plan(tool: &Tool, caps: &Caps) -> Result<InnerRun> {
+pub fn plan(tool: &Tool, caps: &Caps, proxy_env: &[(String, String)]) -> Result<InnerRun> {
     let mut inner = caps.clone();
     inner.mounts = caps
         .mounts
         .iter()
         .map(|m| Mount::new(m.guest.clone(), m.guest.clone(), m.access))
         .collect();
-    inner.net = Net::None;
+    // With an allowlist the guest's network reaches only the host's egress proxy: the
+    // tool shares it and gets the proxy variables.
+    inner.net = if proxy_env.is_empty() {
+        Net::None
+    } else {
+        Net::Host
+    };
+    for (key, value) in proxy_env {
+        inner.env.insert(key.clone(), value.clone());
+    }
     inner.stdin = Vec::new();
     inner.agent = None;
     inner.secrets = Vec::new();

@@ -31,4 +31,4 @@ pub mod snapshot;
 pub mod vmm;
 
 pub use backend::{MicrovmBackend, DEFAULT_CONSOLE_CAP, DEFAULT_READY_TIMEOUT, MIN_GUEST_MIB};
-pub use vmm::{Accel, Disk, VmConfig, VmInstance, Vmm};
+pub use vmm::{Accel, Disk, NetRelay, VmConfig, VmInstance, Vmm};

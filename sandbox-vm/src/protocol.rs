@@ -91,6 +91,9 @@ pub struct RunRequest {
     /// A file the agent reads after the tool ended and sends as [`AgentMsg::Report`] (at
     /// most [`MAX_REPORT`] bytes), e.g. the inner run's result.
     pub report: Option<String>,
+    /// Bring the network device up (`eth0`, `10.0.2.15/24`; its only peer is the egress
+    /// proxy at `10.0.2.100:3128`).
+    pub network: bool,
 }
 
 /// Largest report the agent sends back: 256 KiB.
@@ -381,6 +384,7 @@ mod tests {
                 data: b"{}".to_vec(),
             }],
             report: Some("/run/strata/result.json".into()),
+            network: true,
         })
     }
 

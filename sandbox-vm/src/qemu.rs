@@ -23,7 +23,7 @@ use sandbox_core::{
 };
 
 use crate::protocol::PORT_NAME;
-use crate::vmm::{Accel, VmConfig, VmInstance, Vmm};
+use crate::vmm::{Accel, NetRelay, VmConfig, VmInstance, Vmm};
 
 /// TCG translation cache per VM, MiB.
 const TCG_TB_MIB: u32 = 32;
@@ -148,6 +148,15 @@ impl Qemu {
             .arg("-chardev")
             .arg(format!("socket,id=qmp,path={}", qmp_sock.display()))
             .args(["-mon", "chardev=qmp,mode=control"]);
+        if let Some(net) = &config.network {
+            let relay = format!("{} relay {}", net.program.display(), net.socket.display());
+            cmd.arg("-netdev").arg(format!(
+                "user,id=net0,restrict=on,ipv6=off,net=10.0.2.0/24,guestfwd=tcp:{}-cmd:{}",
+                NetRelay::GUEST_PROXY,
+                escape_option(&relay)
+            ));
+            cmd.args(["-device", "virtio-net-device,netdev=net0"]);
+        }
         if config.incoming.is_some() {
             // Loaded over QMP once the capabilities match the saving side's.
             cmd.args(["-incoming", "defer"]);
@@ -165,7 +174,8 @@ impl Qemu {
             .into_iter()
             .map(|p| (p, true))
             .chain(config.disks.iter().map(|d| (&d.path, d.read_only)))
-            .chain(config.incoming.iter().map(|p| (p, true)));
+            .chain(config.incoming.iter().map(|p| (p, true)))
+            .chain(config.network.iter().map(|n| (&n.program, true)));
         for (path, read_only) in files {
             if path.starts_with(&dir) || !seen.insert(path.clone()) {
                 continue;

@@ -62,11 +62,14 @@ pub struct Shape {
     pub vcpus: u32,
     /// Accelerator.
     pub accel: Accel,
+    /// With a network device (whose only peer is the egress proxy).
+    pub network: bool,
 }
 
 impl Shape {
     fn prefix(&self) -> String {
-        format!("m{}-c{}-{}-", self.memory_mib, self.vcpus, self.accel)
+        let net = if self.network { "-net" } else { "" };
+        format!("m{}-c{}-{}{net}-", self.memory_mib, self.vcpus, self.accel)
     }
 }
 
@@ -157,6 +160,7 @@ mod tests {
             memory_mib: 512,
             vcpus: 1,
             accel: Accel::Tcg,
+            network: false,
         };
         let a = key(shape, &[Path::new("/bin/sh")], "v2");
         assert!(a.starts_with("m512-c1-tcg-"), "{a}");

@@ -54,6 +54,22 @@ pub struct Disk {
     pub serial: String,
 }
 
+/// The guest's way out: QEMU's user-mode network with `restrict=on` (the guest reaches
+/// nothing) except one forward, [`NetRelay::GUEST_PROXY`], whose connections run
+/// `program relay socket`, which joins them to the host's egress proxy on `socket`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetRelay {
+    /// The relay program (the guest agent binary, in its `relay` mode).
+    pub program: PathBuf,
+    /// The proxy's Unix socket for this run.
+    pub socket: PathBuf,
+}
+
+impl NetRelay {
+    /// Where the guest reaches the proxy: `10.0.2.100:3128`.
+    pub const GUEST_PROXY: &'static str = "10.0.2.100:3128";
+}
+
 /// One VM to start.
 #[derive(Clone, Debug)]
 pub struct VmConfig {
@@ -76,6 +92,9 @@ pub struct VmConfig {
     pub console_cap: usize,
     /// How long the VMM may take to connect the agent channel after it started.
     pub connect_timeout: Duration,
+    /// A network device whose only peer is a relay to the run's egress proxy (`None`: no
+    /// network device at all).
+    pub network: Option<NetRelay>,
     /// Restore this saved VM state instead of booting (the devices must be the ones the
     /// state was saved with; disk contents may differ).
     pub incoming: Option<PathBuf>,

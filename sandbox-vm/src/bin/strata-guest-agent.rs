@@ -35,6 +35,10 @@ const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
 type Port = Arc<Mutex<File>>;
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("relay") {
+        relay(args.get(2).map(String::as_str).unwrap_or_default());
+    }
     let port_path = match find_port(Duration::from_secs(10)) {
         Some(path) => path,
         None => fatal(&format!("no virtio-serial port named {PORT_NAME}")),
@@ -89,6 +93,9 @@ fn main() {
         other => refuse(&port, &format!("expected run, got {other:?}")),
     };
     set_clock(request.clock_unix_ns);
+    if let Err(message) = network_up(request.network) {
+        refuse(&port, &message);
+    }
     reseed(&request.entropy);
     if let Err(message) = mount_all(&request.mounts) {
         refuse(&port, &message);
@@ -121,6 +128,66 @@ fn main() {
     loop {
         thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// The host side of the VM's one network forward (run by QEMU's user-mode network for each
+/// guest connection to the proxy address, stdin and stdout being that connection): joins
+/// it to the run's egress proxy socket, then exits.
+fn relay(socket: &str) -> ! {
+    let code = match std::os::unix::net::UnixStream::connect(socket) {
+        Ok(stream) => {
+            let upstream = stream.try_clone();
+            let to_proxy = thread::spawn(move || {
+                if let Ok(mut upstream) = upstream {
+                    let _ = std::io::copy(&mut std::io::stdin(), &mut upstream);
+                    let _ = upstream.shutdown(std::net::Shutdown::Write);
+                }
+            });
+            // Unbuffered: std's stdout holds bytes until a newline, and a response body
+            // need not end with one.
+            let mut from = stream;
+            let mut out = std::io::stdout().lock();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match from.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            let _ = to_proxy.join();
+            0
+        }
+        Err(e) => {
+            eprintln!("strata-guest-agent relay: {socket}: {e}");
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+/// Loopback up always; with `network`, `eth0` at `10.0.2.15/24` (no route: the only
+/// reachable address is the proxy's, on the link).
+fn network_up(network: bool) -> Result<(), String> {
+    let mut steps = vec![vec!["link", "set", "lo", "up"]];
+    if network {
+        steps.push(vec!["addr", "add", "10.0.2.15/24", "dev", "eth0"]);
+        steps.push(vec!["link", "set", "eth0", "up"]);
+    }
+    for step in steps {
+        let status = Command::new("/bin/ip")
+            .args(&step)
+            .env_clear()
+            .status()
+            .map_err(|e| format!("ip {}: {e}", step.join(" ")))?;
+        if !status.success() && network {
+            return Err(format!("ip {} failed ({status})", step.join(" ")));
+        }
+    }
+    Ok(())
 }
 
 /// Sets the guest's wall clock to the host's (a restored VM wakes with the snapshot's).
