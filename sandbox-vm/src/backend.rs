@@ -702,13 +702,6 @@ impl Backend for MicrovmBackend {
     fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         let started = Instant::now();
         caps.validate()?;
-        #[cfg(unix)]
-        if ctx.stdin.is_some() {
-            return Err(Error::unavailable(
-                BackendKind::Microvm,
-                "streamed stdin is not implemented for the microvm backend yet; pass the bytes as caps.stdin",
-            ));
-        }
         let artifacts = self.artifacts()?;
         let layered = self.layers && artifacts.inner.is_some();
         let argv = argv_for(tool, layered)?;

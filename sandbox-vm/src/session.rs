@@ -195,7 +195,17 @@ fn drive(
             data: chunk.to_vec(),
         })?;
     }
-    chan.send(&HostMsg::StdinEnd)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _streaming = match &ctx.stdin {
+        Some(source) => Some(StopOnDrop {
+            stop: std::sync::Arc::clone(&stop),
+            _thread: chan.stream_stdin(source.take()?, std::sync::Arc::clone(&stop))?,
+        }),
+        None => {
+            chan.send(&HostMsg::StdinEnd)?;
+            None
+        }
+    };
     let deadline = Instant::now() + timeout + WALL_GRACE;
     let mut out = Output::new(cap, ctx.sink.as_deref());
     let mut report = None;
@@ -314,6 +324,8 @@ enum Recv {
 /// The agent channel with its decoder.
 struct Channel {
     stream: UnixStream,
+    /// Serializes frames written by this channel and by a stdin streaming thread.
+    writer: std::sync::Arc<std::sync::Mutex<()>>,
     decoder: Decoder,
 }
 
@@ -327,18 +339,67 @@ impl Channel {
             .map_err(|e| Error::setup("microvm: agent channel", e))?;
         Ok(Channel {
             stream,
+            writer: std::sync::Arc::default(),
             decoder: Decoder::new(),
         })
     }
 
     fn send(&mut self, msg: &HostMsg) -> Result<()> {
-        let frame = encode(msg).map_err(|e| Error::Internal {
-            message: format!("microvm: encoding a message for the agent: {e}"),
-            source: None,
-        })?;
-        self.stream
-            .write_all(&frame)
+        write_frame(&mut self.stream, &self.writer, msg)
             .map_err(|e| Error::internal("microvm: writing to the guest agent", e))
+    }
+
+    /// Streams `source` to the agent as stdin chunks on a thread of its own, ending with
+    /// `stdin_end`; the thread stops at end of input, on a write error, or when `stop` is
+    /// set (polled every [`POLL`]).
+    fn stream_stdin(
+        &self,
+        source: std::os::fd::OwnedFd,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<std::thread::JoinHandle<()>> {
+        let mut stream = self
+            .stream
+            .try_clone()
+            .map_err(|e| Error::setup("microvm: agent channel", e))?;
+        let writer = std::sync::Arc::clone(&self.writer);
+        std::thread::Builder::new()
+            .name("strata-vm-stdin".into())
+            .spawn(move || {
+                use std::sync::atomic::Ordering;
+                let mut file = std::fs::File::from(source);
+                let mut buf = vec![0u8; 64 * 1024];
+                while !stop.load(Ordering::SeqCst) {
+                    let mut fds = [rustix::event::PollFd::new(
+                        &file,
+                        rustix::event::PollFlags::IN,
+                    )];
+                    let timeout = rustix::event::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: POLL.as_nanos() as _,
+                    };
+                    match rustix::event::poll(&mut fds, Some(&timeout)) {
+                        Ok(0) => continue,
+                        Ok(_) => {}
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(_) => break,
+                    }
+                    match file.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let msg = HostMsg::Stdin {
+                                data: buf[..n].to_vec(),
+                            };
+                            if write_frame(&mut stream, &writer, &msg).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) if matches!(e.kind(), IoKind::WouldBlock | IoKind::Interrupted) => {}
+                        Err(_) => break,
+                    }
+                }
+                let _ = write_frame(&mut stream, &writer, &HostMsg::StdinEnd);
+            })
+            .map_err(|e| Error::setup("microvm: stdin thread", e))
     }
 
     fn recv(
@@ -397,6 +458,33 @@ impl Channel {
             }
         }
     }
+}
+
+/// Stops the stdin thread when the run is over. It is not joined: a write blocked on a
+/// guest that stopped reading ends when the VM is switched off and the channel closes.
+struct StopOnDrop {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Encodes `msg` and writes the frame whole while holding `lock`.
+fn write_frame(
+    stream: &mut UnixStream,
+    lock: &std::sync::Mutex<()>,
+    msg: &HostMsg,
+) -> std::io::Result<()> {
+    let frame = encode(msg).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let _guard = match lock.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    stream.write_all(&frame)
 }
 
 /// Output kept on the host, capped again here (the agent caps too).

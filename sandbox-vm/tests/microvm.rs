@@ -879,3 +879,56 @@ fn pooled_vms_serve_one_run_each_and_leave_nothing_behind() {
         .collect();
     assert!(leaked.is_empty(), "temp dirs left behind: {leaked:?}");
 }
+
+#[test]
+fn streamed_stdin_reaches_the_tool_while_it_runs() {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+    let _turn = turn();
+    let backend = backend();
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let sink_seen = Arc::clone(&seen);
+    let ctx = RunContext {
+        stdin: Some(Arc::new(sandbox_core::StdinSource::from_fd(
+            std::os::fd::OwnedFd::from(reader),
+        ))),
+        sink: Some(Arc::new(move |_: sandbox_core::Stream, chunk: &[u8]| {
+            sink_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(chunk)
+        })),
+        ..RunContext::default()
+    };
+    // The second line is written only after the tool has answered the first: a backend
+    // that read stdin whole before starting the tool would never finish.
+    let feeder = std::thread::spawn(move || {
+        let mut writer = writer;
+        writer.write_all(b"first\n").expect("write");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !String::from_utf8_lossy(&seen.lock().unwrap_or_else(|p| p.into_inner()))
+            .contains("got first")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the tool never answered the first line"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        writer.write_all(b"second\n").expect("write");
+    });
+    let out = backend
+        .run(
+            &sh("while read l; do echo \"got $l\"; done"),
+            &Caps::new(),
+            &ctx,
+        )
+        .expect("run");
+    feeder.join().expect("feeder");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "got first\ngot second\n"
+    );
+    assert_eq!(out.status, ExitStatus::Exited { code: 0 });
+}

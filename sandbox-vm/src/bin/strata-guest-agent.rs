@@ -653,7 +653,9 @@ fn listen_host(
     flags: Arc<Flags>,
     pgid: u32,
 ) {
-    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    // Bounded: a host streaming faster than the tool reads waits (at most 64 chunks are
+    // buffered in the guest).
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(64);
     if let Some(mut stdin) = stdin {
         thread::spawn(move || {
             for chunk in rx {
