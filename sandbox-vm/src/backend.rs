@@ -562,8 +562,19 @@ impl RunDisks {
     }
 }
 
+/// A run's private directory, naming this process as its owner; the first call of a
+/// process sweeps directories of dead embedders ([`crate::leftovers`]).
 fn private_dir() -> std::io::Result<tempfile::TempDir> {
-    tempfile::Builder::new().prefix("strata-vm-").tempdir()
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        crate::leftovers::sweep(&std::env::temp_dir());
+    });
+    let dir = tempfile::Builder::new().prefix("strata-vm-").tempdir()?;
+    std::fs::write(
+        dir.path().join(crate::leftovers::OWNER_FILE),
+        crate::leftovers::this_process(),
+    )?;
+    Ok(dir)
 }
 
 /// 64 bytes of host randomness for the guest RNG.

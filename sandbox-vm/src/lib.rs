@@ -22,6 +22,7 @@ pub mod artifacts;
 mod backend;
 pub mod grants;
 pub mod inner;
+pub mod leftovers;
 pub mod pool;
 pub mod probe;
 pub mod protocol;

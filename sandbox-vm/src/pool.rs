@@ -159,6 +159,11 @@ pub fn restore(
         .prefix("strata-vm-")
         .tempdir()
         .ok()?;
+    std::fs::write(
+        dir.path().join(crate::leftovers::OWNER_FILE),
+        crate::leftovers::this_process(),
+    )
+    .ok()?;
     let config = make_config(dir.path())?;
     let state = config.incoming.clone()?;
     let mut vm = vmm.start(&config).ok()?;

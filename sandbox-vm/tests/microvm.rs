@@ -423,6 +423,24 @@ fn qemu_of_a_sigkilled_embedder_dies_with_it() {
     let pids: Vec<String> = qemus.iter().map(|s| pid_of(s)).collect();
     inner.kill().expect("SIGKILL the embedder");
     inner.wait().expect("reap the embedder");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("tmp")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("strata-vm-"))
+        .collect();
+    assert!(
+        !left.is_empty(),
+        "the killed embedder had no private directory"
+    );
+    // The next process's first run sweeps what the dead embedder left.
+    assert!(sandbox_vm::leftovers::sweep(tmp.path()) >= 1);
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("tmp")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("strata-vm-"))
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     let gone = |pid: &String| {
         !Path::new("/proc").join(pid).exists()
             || std::fs::read_to_string(Path::new("/proc").join(pid).join("stat"))
