@@ -38,6 +38,8 @@ mod sandbox;
 pub use sandbox::{doctor, BackendChoice, Sandbox, SandboxBuilder};
 #[cfg(unix)]
 pub use sandbox_core::StdinSource;
+/// The names of every caps field in each dialect, and the generated JSON Schemas.
+pub use sandbox_core::{audit, names, schema};
 pub use sandbox_core::{
     backend, caps, error, grant, output, receipt, report, size, spec, tool, Access, Backend,
     BackendKind, BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,
@@ -48,8 +50,6 @@ pub use sandbox_core::{
     ScriptLanguage, Secret, SetupStage, Stream, Strictness, SystemDirs, Tool, TrapKind,
     RUN_SPEC_VERSION, STDIN_BUFFER,
 };
-/// The names of every caps field in each dialect, and the generated JSON Schemas.
-pub use sandbox_core::{names, schema};
 
 #[cfg(feature = "container")]
 pub use sandbox_container::ContainerBackend;

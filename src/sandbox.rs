@@ -61,6 +61,7 @@ pub struct SandboxBuilder {
     wasm_config: Option<sandbox_wasm::WasmConfig>,
     #[cfg(feature = "wasm")]
     wasm_layered: bool,
+    audit: Option<PathBuf>,
 }
 
 impl SandboxBuilder {
@@ -131,16 +132,33 @@ impl SandboxBuilder {
         self
     }
 
-    /// Builds the sandbox. Fails only when the chosen backend is not compiled in;
-    /// host capabilities are checked per run (and by [`doctor`]).
+    /// Records every run and refusal in the audit log at `path` (JSON lines chained by
+    /// SHA-256, see [`sandbox_core::audit`]); refusals are `fsync`ed before the error is
+    /// returned. Default: no audit log. [`SandboxBuilder::build`] refuses a log that does
+    /// not verify.
+    pub fn audit(mut self, path: impl Into<PathBuf>) -> Self {
+        self.audit = Some(path.into());
+        self
+    }
+
+    /// Builds the sandbox. Fails when the chosen backend is not compiled in, or when the
+    /// audit log does not verify; host capabilities are checked per run (and by
+    /// [`doctor`]).
     pub fn build(self) -> Result<Sandbox> {
         if let BackendChoice::Only(kind) = self.backend {
             if !compiled_in(kind) {
                 return Err(Error::unavailable(kind, not_built_reason(kind)));
             }
         }
+        let audit = match &self.audit {
+            Some(path) => Some(std::sync::Mutex::new(sandbox_core::audit::AuditLog::open(
+                path,
+            )?)),
+            None => None,
+        };
         Ok(Sandbox {
             inner: Arc::new(Inner {
+                audit,
                 choice: self.backend,
                 strictness: self.strictness,
                 helper: self.helper,
@@ -181,6 +199,8 @@ fn not_built_reason(kind: BackendKind) -> String {
 }
 
 struct Inner {
+    /// The audit log every run and refusal is recorded in, if any.
+    audit: Option<std::sync::Mutex<sandbox_core::audit::AuditLog>>,
     choice: BackendChoice,
     strictness: Strictness,
     helper: Option<PathBuf>,
@@ -349,19 +369,31 @@ impl Sandbox {
             BackendChoice::Auto if caps.container.is_some() => BackendKind::Container,
             _ => self.route(tool),
         };
-        let backend = self.backend(kind)?;
-        let span =
-            tracing::info_span!("strata.run", backend = %backend.kind(), tool = %tool.describe());
-        let _enter = span.enter();
-        let result = backend.run(tool, caps, &ctx);
-        match &result {
-            Ok(out) => tracing::info!(
-                status = %out.status,
-                duration_ms = out.duration.as_secs_f64() * 1000.0,
-                denials = out.receipt.denials.len(),
-                "run finished"
-            ),
-            Err(e) => tracing::warn!(error = %e, kind = e.kind().code(), "run refused or failed"),
+        let result = self.backend(kind).and_then(|backend| {
+            let span = tracing::info_span!("strata.run", backend = %backend.kind(), tool = %tool.describe());
+            let _enter = span.enter();
+            let result = backend.run(tool, caps, &ctx);
+            match &result {
+                Ok(out) => tracing::info!(
+                    status = %out.status,
+                    duration_ms = out.duration.as_secs_f64() * 1000.0,
+                    denials = out.receipt.denials.len(),
+                    "run finished"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = e.kind().code(), "run refused or failed")
+                }
+            }
+            result
+        });
+        if let Some(audit) = &self.inner.audit {
+            let event = sandbox_core::audit::AuditEvent::of_run(tool, &result, caps.agent.clone());
+            let mut log = match audit.lock() {
+                Ok(log) => log,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            log.record(event)
+                .map_err(|e| Error::internal("writing the audit log", e))?;
         }
         result
     }

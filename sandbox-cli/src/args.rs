@@ -27,6 +27,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Work with audit logs (`strata run --audit FILE`).
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+/// `strata audit ...`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check a log's hash chain: exit 0 when intact, 1 naming the first altered, removed or
+    /// reordered record.
+    Verify {
+        /// The log (JSON lines).
+        file: PathBuf,
+        /// The last record's hash kept elsewhere: also detects records cut off the end.
+        #[arg(long, value_name = "HASH")]
+        head: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -136,6 +153,11 @@ pub struct RunArgs {
         "secret", "agent",
     ])]
     pub caps_file: Option<PathBuf>,
+    /// Append a record of the run (or its refusal) to this audit log: JSON lines, each with
+    /// the hash of the one before (check it with `strata audit verify FILE`). A log that
+    /// does not verify is refused before anything runs.
+    #[arg(long = "audit", value_name = "FILE")]
+    pub audit: Option<PathBuf>,
     /// Also write the result as JSON to FILE when the run ends: status, limits and receipt
     /// (not the output, which streams as usual), or `{"error": {kind, message}}`.
     #[arg(long = "result-file", value_name = "FILE")]
@@ -157,6 +179,8 @@ pub struct Request {
     pub raw_output: bool,
     /// Where to write the result JSON (`--result-file`).
     pub result_file: Option<PathBuf>,
+    /// The audit log (`--audit`).
+    pub audit: Option<PathBuf>,
 }
 
 /// A `HOST[:GUEST]` argument as a mount: HOST made absolute against `cwd` (lexically), and
@@ -357,6 +381,7 @@ impl RunArgs {
             stdin: self.stdin,
             raw_output: self.raw_output,
             result_file: self.result_file,
+            audit: self.audit,
         })
     }
 }
@@ -423,6 +448,7 @@ mod tests {
             "--json",
             "--caps",
             "--result-file",
+            "--audit",
         ];
         let unnamed: Vec<&String> = flags
             .keys()
@@ -439,7 +465,7 @@ mod tests {
             .map_err(|e| Error::invalid(e.to_string()))?;
         match cli.command {
             Command::Run(run) => run.into_request(),
-            Command::Doctor { .. } => Err(Error::invalid("not run")),
+            Command::Doctor { .. } | Command::Audit(_) => Err(Error::invalid("not run")),
         }
     }
 

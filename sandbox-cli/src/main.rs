@@ -21,7 +21,7 @@ use strata::{doctor, Error, ErrorKind, OutputSink, RunContext, Sandbox, StdinSou
 
 use sanitize::Sanitizer;
 
-use args::{Cli, Command, RunArgs};
+use args::{AuditCommand, Cli, Command, RunArgs};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -59,6 +59,33 @@ fn main() -> ExitCode {
                 let _ = write!(std::io::stdout(), "{report}");
             }
             ExitCode::SUCCESS
+        }
+        Command::Audit(AuditCommand::Verify { file, head }) => audit_verify(&file, head.as_deref()),
+    }
+}
+
+/// `strata audit verify`: 0 for an intact log, 1 naming the first bad record, 2 when the
+/// file cannot be read.
+fn audit_verify(file: &std::path::Path, head: Option<&str>) -> ExitCode {
+    let reader = match std::fs::File::open(file) {
+        Ok(f) => std::io::BufReader::new(f),
+        Err(e) => {
+            eprintln!("strata: audit log {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let result = match head {
+        Some(head) => strata::audit::verify_head(reader, head),
+        None => strata::audit::verify(reader),
+    };
+    match result {
+        Ok(verified) => {
+            println!("ok: {} records, head {}", verified.records, verified.head);
+            ExitCode::SUCCESS
+        }
+        Err(broken) => {
+            eprintln!("strata: audit log {}: {broken}", file.display());
+            ExitCode::from(1)
         }
     }
 }
@@ -116,13 +143,15 @@ fn run(args: RunArgs) -> ExitCode {
     };
     // One run per process: no sandboxes built ahead of time, and the host probe read from
     // the state directory instead of probing on every start.
-    let sandbox = match Sandbox::builder()
+    let mut builder = Sandbox::builder()
         .backend(request.backend)
         .strictness(request.strictness)
         .warm_pool(0)
-        .cache_host_probe(true)
-        .build()
-    {
+        .cache_host_probe(true);
+    if let Some(path) = &request.audit {
+        builder = builder.audit(path);
+    }
+    let sandbox = match builder.build() {
         Ok(s) => s,
         Err(e) => return fail(&e, json),
     };

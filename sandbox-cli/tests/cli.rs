@@ -915,3 +915,67 @@ fn microvm_runs_python_and_an_image_from_the_cli() {
         serde_json::json!(["microvm", "container"])
     );
 }
+
+#[test]
+fn audit_log_records_runs_and_refusals_and_verify_names_a_tampered_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("audit.jsonl");
+    let log_arg = log.to_str().expect("utf-8");
+    for command in [["/bin/true"], ["/bin/false"]] {
+        strata(&[
+            "run",
+            "--backend",
+            "process",
+            "--audit",
+            log_arg,
+            "--",
+            command[0],
+        ]);
+    }
+    // A refused request is recorded too (before anything runs).
+    let out = strata(&[
+        "run",
+        "--backend",
+        "process",
+        "--audit",
+        log_arg,
+        "--ro",
+        "/nonexistent-strata-audit-path",
+        "--",
+        "/bin/true",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.contains("\"kind\":\"refusal\""), "{text}");
+    let out = strata(&["audit", "verify", log_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text_of(&out));
+    assert!(
+        text_of(&out).starts_with("ok: 3 records"),
+        "{}",
+        text_of(&out)
+    );
+
+    // Tamper with the second record: verify fails naming line 2, and run refuses to append.
+    let tampered = text.replacen("/bin/false", "/bin/fals3", 1);
+    assert_ne!(tampered, text);
+    std::fs::write(&log, &tampered).expect("tamper");
+    let out = strata(&["audit", "verify", log_arg]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text_of(&out).contains("line 2"), "{}", text_of(&out));
+    let out = strata(&[
+        "run",
+        "--backend",
+        "process",
+        "--audit",
+        log_arg,
+        "--",
+        "/bin/true",
+    ]);
+    assert_ne!(out.status.code(), Some(0), "appended to a tampered log");
+    assert_eq!(std::fs::read_to_string(&log).expect("log"), tampered);
+}
+
+fn text_of(out: &Output) -> String {
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
+}

@@ -713,6 +713,8 @@ impl Backend for MicrovmBackend {
     fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         let started = Instant::now();
         caps.validate()?;
+        // Requests no guest could honour are refused before the guest is even looked for.
+        plan(caps, ctx.strictness, true)?;
         let artifacts = self.artifacts()?;
         let layered = self.layers && artifacts.inner.is_some();
         let argv = argv_for(tool, layered)?;

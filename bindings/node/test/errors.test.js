@@ -124,11 +124,12 @@ describe('other refusals carry their own code', () => {
     assert.equal(error.cause, reason)
   })
 
-  test('a network allowlist the backend cannot enforce: unenforceable (strict)', async (t) => {
-    // The microvm guest has no network device yet: an allowlist is refused before boot.
+  test('a network the backend cannot enforce: unenforceable (strict)', async (t) => {
+    // A microvm guest's only way out is the egress proxy: host networking is refused
+    // before anything boots (and before the guest is looked for).
     const vm = new Sandbox({ backend: 'microvm' })
     const error = await refusedAndNothingRan(t, 'unenforceable', (tool) =>
-      vm.run(tool, { net: { allow: ['example.com:443'] } }),
+      vm.run(tool, { net: 'host' }),
     )
     assert.ok(error instanceof strata.UnenforceableError)
     assert.match(error.guarantee, /net/)
