@@ -428,20 +428,54 @@ impl EgressProxy {
         listener.set_nonblocking(true)?;
         let _entered = self.runtime.enter();
         let tcp = TcpListener::from_std(listener)?;
-        let runs: Arc<Runs> = Arc::default();
-        lock(&runs).insert(grant.token.clone(), grant.state.clone());
-        let weak = Arc::downgrade(&runs);
+        Ok(self.serve_run(tcp, grant))
+    }
+
+    /// Accepts clients on `listener` for the run of `grant` only, until the returned
+    /// [`Attached`] drops.
+    fn serve_run<L: AcceptOne>(&self, listener: L, grant: &RunGrant) -> Attached {
+        let (runs, weak) = only_run(grant);
         let clients = self.clients.clone();
         let task = self.runtime.spawn(async move {
             loop {
-                match tcp.accept().await {
-                    Ok((stream, _)) => spawn_client(stream, weak.clone(), &clients),
+                match listener.accept_one().await {
+                    Ok(stream) => spawn_client(stream, weak.clone(), &clients),
                     Err(err) => accept_error(err).await,
                 }
             }
         });
-        Ok(Attached { task, runs })
+        Attached { task, runs }
     }
+}
+
+/// A listener whose connections a run's proxy serves.
+trait AcceptOne: Send + Sync + 'static {
+    /// The connection.
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The next connection.
+    fn accept_one(&self) -> impl std::future::Future<Output = io::Result<Self::Stream>> + Send;
+}
+
+impl AcceptOne for TcpListener {
+    type Stream = TcpStream;
+    async fn accept_one(&self) -> io::Result<TcpStream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+}
+
+impl AcceptOne for UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn accept_one(&self) -> io::Result<tokio::net::UnixStream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+}
+
+/// A runs table holding only `grant`'s run, and a weak handle on it for the accept loop.
+fn only_run(grant: &RunGrant) -> (Arc<Runs>, Weak<Runs>) {
+    let runs: Arc<Runs> = Arc::default();
+    lock(&runs).insert(grant.token.clone(), grant.state.clone());
+    let weak = Arc::downgrade(&runs);
+    (runs, weak)
 }
 
 impl EgressProxy {
@@ -456,19 +490,7 @@ impl EgressProxy {
         listener.set_nonblocking(true)?;
         let _entered = self.runtime.enter();
         let unix = UnixListener::from_std(listener)?;
-        let runs: Arc<Runs> = Arc::default();
-        lock(&runs).insert(grant.token.clone(), grant.state.clone());
-        let weak = Arc::downgrade(&runs);
-        let clients = self.clients.clone();
-        let task = self.runtime.spawn(async move {
-            loop {
-                match unix.accept().await {
-                    Ok((stream, _)) => spawn_client(stream, weak.clone(), &clients),
-                    Err(err) => accept_error(err).await,
-                }
-            }
-        });
-        Ok(Attached { task, runs })
+        Ok(self.serve_run(unix, grant))
     }
 }
 
@@ -489,9 +511,7 @@ impl EgressProxy {
         listener.set_nonblocking(true)?;
         let _entered = self.runtime.enter();
         let tcp = TcpListener::from_std(listener)?;
-        let runs: Arc<Runs> = Arc::default();
-        lock(&runs).insert(grant.token.clone(), grant.state.clone());
-        let weak = Arc::downgrade(&runs);
+        let (runs, weak) = only_run(grant);
         let token = grant.token.clone();
         let clients = self.clients.clone();
         let names = Arc::new(names);
