@@ -684,7 +684,7 @@ impl Default for Limits {
     }
 }
 
-mod millis {
+pub(crate) mod millis {
     use std::time::Duration;
 
     use schemars::{json_schema, Schema, SchemaGenerator};

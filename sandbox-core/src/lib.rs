@@ -23,6 +23,7 @@ pub mod error;
 pub mod grant;
 pub mod names;
 pub mod output;
+pub mod policy;
 pub mod receipt;
 pub mod report;
 pub mod schema;

@@ -1,0 +1,27 @@
+//! The policy layer: which runs a caller may ask for, where they run, who may raise them,
+//! and which agents trust each other. Every decision here is data in, data out: no OS code,
+//! no clocks read (callers pass `now`), so each rule is a pure function with its own tests.
+//!
+//! - [`tier`]: named presets of what a run may ask for (`high`, `medium`, `low`, or the
+//!   embedder's own); [`Tier::check`] lists the [`Need`]s a request has beyond its tier.
+//! - [`route`]: picks the backend from the tool and a declared [`Risk`], never falling to a
+//!   weaker boundary unless the caller allowed it; the [`Route`] goes in the receipt.
+//! - [`elevation`]: escape hatches. An [`Approver`] may grant needs beyond the tier, scoped
+//!   to named capabilities, expiring by time and by number of runs ([`GrantBook`]).
+//!
+//! Capabilities are named by short strings, the same in refusals, approval requests, grants
+//! and the audit log: `read:PATH`, `write:PATH`, `net:allow`, `net:host`, `program:NAME`,
+//! `secrets`.
+
+pub mod elevation;
+pub mod message;
+pub mod route;
+pub mod tier;
+pub mod toolcall;
+pub mod workspace;
+
+pub use elevation::{
+    admit, Admission, Approval, Approver, ElevationRequest, Grant, GrantBook, GrantCheck, GrantId,
+};
+pub use route::{route, BackendOffer, Risk, Route, RoutePolicy};
+pub use tier::{Need, NetScope, PathScope, ProgramScope, Tier};

@@ -1,0 +1,331 @@
+//! Risk routing: which backend runs a tool, from what the tool is and a declared risk.
+//!
+//! | risk        | preferred   | floor (weakest boundary accepted without the caller's say-so) |
+//! |-------------|-------------|------------------------------------------------------|
+//! | `compute`   | `wasm`      | `process`                                            |
+//! | `files`     | `container` | `process`                                            |
+//! | `build`     | `container` | `container`                                          |
+//! | `untrusted` | `microvm`   | `microvm`                                            |
+//!
+//! Boundaries are ordered `process` < `container` < `wasm` < `microvm` (a container adds
+//! an image root to the process sandbox; wasm has no system calls at all; a microVM has its
+//! own kernel). The router tries the risk's chain ([`Risk::chain`]: the preferred backend,
+//! then its fallbacks) among the backends the caller allows, skipping those that cannot run the tool (wasm runs only
+//! modules; `container` needs an image) or are unavailable on this host. A backend below the
+//! risk's floor is used only when the caller set [`RoutePolicy::allow_weaker`]; the
+//! [`Route::reason`] then says so. No risk declared: [`Risk::of`] derives one from the tool.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+use crate::caps::Caps;
+use crate::error::{Error, Result};
+use crate::tool::Tool;
+
+/// How much harm a tool could do, as the caller declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    /// Pure computation: no files beyond its inputs, no network.
+    Compute,
+    /// Reads and writes files of a workspace.
+    Files,
+    /// Builds and tests code (toolchains, many processes).
+    Build,
+    /// Code nobody reviewed (model-written scripts, downloaded programs).
+    Untrusted,
+}
+
+impl Risk {
+    /// Every risk, lowest first.
+    pub const ALL: [Risk; 4] = [Risk::Compute, Risk::Files, Risk::Build, Risk::Untrusted];
+
+    /// The lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Compute => "compute",
+            Risk::Files => "files",
+            Risk::Build => "build",
+            Risk::Untrusted => "untrusted",
+        }
+    }
+
+    /// The risk of a tool nobody declared one for: WebAssembly modules are `compute`;
+    /// scripts (model-written code) are `untrusted`; a command in an image is `build`;
+    /// other commands are `files`.
+    pub fn of(tool: &Tool, caps: &Caps) -> Risk {
+        match tool {
+            Tool::Wasm { .. } => Risk::Compute,
+            Tool::Script { .. } => Risk::Untrusted,
+            Tool::Command { .. } if caps.container.is_some() => Risk::Build,
+            Tool::Command { .. } => Risk::Files,
+        }
+    }
+
+    /// The backend this risk prefers.
+    pub fn preferred(self) -> BackendKind {
+        match self {
+            Risk::Compute => BackendKind::Wasm,
+            Risk::Files | Risk::Build => BackendKind::Container,
+            Risk::Untrusted => BackendKind::Microvm,
+        }
+    }
+
+    /// Every backend in the order this risk tries them: the preferred one, then the
+    /// fallbacks (those below [`Risk::floor`] only with [`RoutePolicy::allow_weaker`]).
+    pub fn chain(self) -> &'static [BackendKind] {
+        use BackendKind::{Container, Microvm, Process, Wasm};
+        match self {
+            Risk::Compute => &[Wasm, Process, Container, Microvm],
+            Risk::Files => &[Container, Process, Microvm, Wasm],
+            Risk::Build => &[Container, Microvm, Process, Wasm],
+            Risk::Untrusted => &[Microvm, Container, Process, Wasm],
+        }
+    }
+
+    /// The weakest boundary this risk accepts without [`RoutePolicy::allow_weaker`].
+    pub fn floor(self) -> BackendKind {
+        match self {
+            Risk::Compute | Risk::Files => BackendKind::Process,
+            Risk::Build => BackendKind::Container,
+            Risk::Untrusted => BackendKind::Microvm,
+        }
+    }
+}
+
+impl fmt::Display for Risk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Risk {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Risk::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown risk {s:?} (expected compute, files, build or untrusted)"
+                ))
+            })
+    }
+}
+
+/// How strong a backend's boundary is: `process` 1, `container` 2, `wasm` 3, `microvm` 4.
+pub fn strength(kind: BackendKind) -> u8 {
+    match kind {
+        BackendKind::Process => 1,
+        BackendKind::Container => 2,
+        BackendKind::Wasm => 3,
+        BackendKind::Microvm => 4,
+    }
+}
+
+/// What the caller lets the router choose from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutePolicy {
+    /// Backends the router may pick. Default: all four.
+    pub allowed: BTreeSet<BackendKind>,
+    /// Whether a backend below the risk's floor may be used (said in the route's reason).
+    /// Default: `false`: such a run is refused.
+    pub allow_weaker: bool,
+}
+
+impl Default for RoutePolicy {
+    fn default() -> Self {
+        RoutePolicy {
+            allowed: BackendKind::ALL.into_iter().collect(),
+            allow_weaker: false,
+        }
+    }
+}
+
+/// Whether a backend can take a run on this host, as the caller found out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendOffer {
+    /// Built in and usable.
+    Available,
+    /// Not usable here, and why.
+    Unavailable(String),
+}
+
+/// The router's decision, kept in the receipt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Route {
+    /// The risk the decision used (declared or derived).
+    pub risk: Risk,
+    /// Whether the caller declared the risk (`false`: derived from the tool).
+    pub declared: bool,
+    /// The backend chosen.
+    pub backend: BackendKind,
+    /// Why: the preference, and every backend skipped on the way with its reason.
+    pub reason: String,
+}
+
+/// Chooses the backend for `tool` under `risk` (derived with [`Risk::of`] when `None`).
+/// `offer` says whether a backend is usable here (called only for backends the policy
+/// allows and that can run the tool). Refuses with [`Error::Unenforceable`] naming the risk
+/// and every backend tried when none qualifies.
+pub fn route(
+    tool: &Tool,
+    caps: &Caps,
+    risk: Option<Risk>,
+    policy: &RoutePolicy,
+    mut offer: impl FnMut(BackendKind) -> BackendOffer,
+) -> Result<Route> {
+    let declared = risk.is_some();
+    let risk = risk.unwrap_or_else(|| Risk::of(tool, caps));
+    let preferred = risk.preferred();
+    let floor = strength(risk.floor());
+    let mut skipped = Vec::new();
+    for &kind in risk.chain() {
+        if !policy.allowed.contains(&kind) {
+            skipped.push(format!("{kind}: not allowed by the caller"));
+            continue;
+        }
+        if let Some(why) = cannot_run(kind, tool, caps) {
+            skipped.push(format!("{kind}: {why}"));
+            continue;
+        }
+        let weaker = strength(kind) < floor;
+        if weaker && !policy.allow_weaker {
+            skipped.push(format!(
+                "{kind}: weaker than risk {risk} accepts (at least {})",
+                risk.floor()
+            ));
+            continue;
+        }
+        if let BackendOffer::Unavailable(why) = offer(kind) {
+            skipped.push(format!("{kind}: unavailable ({why})"));
+            continue;
+        }
+        let origin = if declared {
+            "declared"
+        } else {
+            "derived from the tool"
+        };
+        let mut reason = format!("risk {risk} ({origin}) prefers {preferred}");
+        if kind != preferred {
+            reason.push_str(&format!("; skipped {}", skipped.join("; ")));
+        }
+        if weaker {
+            reason.push_str(&format!(
+                "; {kind} is weaker than risk {risk} accepts ({}): allowed by the caller",
+                risk.floor()
+            ));
+        }
+        return Ok(Route {
+            risk,
+            declared,
+            backend: kind,
+            reason,
+        });
+    }
+    Err(Error::unenforceable(
+        format!("risk {risk}"),
+        format!(
+            "no backend qualifies: {} (allow a weaker boundary explicitly, or make {} available)",
+            skipped.join("; "),
+            risk.preferred()
+        ),
+    ))
+}
+
+/// Why `kind` cannot run `tool` with `caps` at all, whatever the host.
+fn cannot_run(kind: BackendKind, tool: &Tool, caps: &Caps) -> Option<&'static str> {
+    let image = caps.container.is_some();
+    match (kind, tool) {
+        (BackendKind::Wasm, Tool::Wasm { .. }) if !image => None,
+        (BackendKind::Wasm, _) => Some("runs only WebAssembly modules without an image"),
+        (BackendKind::Container, Tool::Wasm { .. }) => Some("does not run WebAssembly modules"),
+        (BackendKind::Container, _) if !image => Some("needs an image (caps.container)"),
+        (BackendKind::Process, _) if image => Some("cannot run an image"),
+        (BackendKind::Process, Tool::Wasm { .. }) => Some("does not run WebAssembly modules"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::ScriptLanguage;
+
+    fn all_available(_: BackendKind) -> BackendOffer {
+        BackendOffer::Available
+    }
+
+    fn no_vm(kind: BackendKind) -> BackendOffer {
+        match kind {
+            BackendKind::Microvm => BackendOffer::Unavailable("no qemu".into()),
+            _ => BackendOffer::Available,
+        }
+    }
+
+    #[test]
+    fn compute_goes_to_wasm_and_files_to_the_process_sandbox_without_an_image() {
+        let caps = Caps::new();
+        let wasm = Tool::wasm("/m.wasm", Vec::<String>::new());
+        let r = route(&wasm, &caps, None, &RoutePolicy::default(), all_available).expect("route");
+        assert_eq!(
+            (r.risk, r.backend, r.declared),
+            (Risk::Compute, BackendKind::Wasm, false)
+        );
+        let cmd = Tool::command(["ls"]);
+        let r = route(&cmd, &caps, None, &RoutePolicy::default(), all_available).expect("route");
+        assert_eq!((r.risk, r.backend), (Risk::Files, BackendKind::Process));
+        assert!(
+            r.reason.contains("container: needs an image"),
+            "{}",
+            r.reason
+        );
+    }
+
+    #[test]
+    fn untrusted_scripts_never_fall_to_a_weaker_boundary_silently() {
+        let script = Tool::script(ScriptLanguage::Python, "print(1)");
+        let caps = Caps::new();
+        let r = route(&script, &caps, None, &RoutePolicy::default(), all_available).expect("route");
+        assert_eq!((r.risk, r.backend), (Risk::Untrusted, BackendKind::Microvm));
+        let err = route(&script, &caps, None, &RoutePolicy::default(), no_vm).expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("risk untrusted") && text.contains("no qemu"),
+            "{text}"
+        );
+        let policy = RoutePolicy {
+            allow_weaker: true,
+            ..RoutePolicy::default()
+        };
+        let r = route(&script, &caps, None, &policy, no_vm).expect("route");
+        assert_eq!(r.backend, BackendKind::Process);
+        assert!(r.reason.contains("allowed by the caller"), "{}", r.reason);
+    }
+
+    #[test]
+    fn build_with_an_image_uses_the_container_and_refuses_the_process_sandbox() {
+        let caps = Caps::new().image("docker-archive:/x.tar");
+        let cmd = Tool::command(["make"]);
+        let r = route(&cmd, &caps, None, &RoutePolicy::default(), all_available).expect("route");
+        assert_eq!((r.risk, r.backend), (Risk::Build, BackendKind::Container));
+        let only_process = RoutePolicy {
+            allowed: [BackendKind::Process].into_iter().collect(),
+            allow_weaker: true,
+        };
+        assert!(route(&cmd, &caps, None, &only_process, all_available).is_err());
+    }
+
+    #[test]
+    fn risks_parse_and_print() {
+        for risk in Risk::ALL {
+            assert_eq!(risk.as_str().parse::<Risk>().expect("parse"), risk);
+        }
+        assert!("dangerous".parse::<Risk>().is_err());
+    }
+}
