@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
+use sandbox_core::audit::{AuditEvent, AuditLog};
+use sandbox_core::policy::{self, Approver, BackendOffer, GrantBook, RoutePolicy, Tier};
 use sandbox_core::{
-    Backend, BackendKind, BackendReport, Caps, DoctorReport, Error, Result, RunContext, RunOutput,
-    Strictness, Tool,
+    Backend, BackendKind, BackendReport, Caps, DoctorReport, Error, PolicyReceipt, Result,
+    RunContext, RunOutput, Strictness, Tool,
 };
 
 /// Which backend runs a tool.
@@ -47,8 +49,9 @@ impl FromStr for BackendChoice {
 }
 
 /// Configures a [`Sandbox`]. Defaults: [`BackendChoice::Auto`], [`Strictness::Strict`],
-/// the helper binary found next to the executable (or `$STRATA_HELPER`).
-#[derive(Clone, Debug, Default)]
+/// the helper binary found next to the executable (or `$STRATA_HELPER`), no tier, no
+/// approver, no audit log.
+#[derive(Clone, Default)]
 pub struct SandboxBuilder {
     backend: BackendChoice,
     strictness: Strictness,
@@ -62,6 +65,22 @@ pub struct SandboxBuilder {
     #[cfg(feature = "wasm")]
     wasm_layered: bool,
     audit: Option<PathBuf>,
+    tier: Option<String>,
+    tiers: Vec<Tier>,
+    approver: Option<Arc<dyn Approver>>,
+    route_policy: RoutePolicy,
+}
+
+impl fmt::Debug for SandboxBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SandboxBuilder")
+            .field("backend", &self.backend)
+            .field("strictness", &self.strictness)
+            .field("tier", &self.tier)
+            .field("approver", &self.approver.is_some())
+            .field("audit", &self.audit)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SandboxBuilder {
@@ -141,24 +160,63 @@ impl SandboxBuilder {
         self
     }
 
-    /// Builds the sandbox. Fails when the chosen backend is not compiled in, or when the
-    /// audit log does not verify; host capabilities are checked per run (and by
-    /// [`doctor`]).
+    /// Checks every run against the tier named `name` (a preset `low`, `medium`, `high`, or
+    /// one added with [`SandboxBuilder::define_tier`]); a run's [`RunContext::tier`]
+    /// overrides it. A request beyond the tier is refused with [`Error::Denied`] naming the
+    /// tier and the capability, unless an approver grants it. Default: no tier (only the
+    /// caps apply). `medium`'s directory is `$HOME`.
+    pub fn tier(mut self, name: impl Into<String>) -> Self {
+        self.tier = Some(name.into());
+        self
+    }
+
+    /// Adds (or replaces, by name) a tier runs may name.
+    pub fn define_tier(mut self, tier: Tier) -> Self {
+        self.tiers.retain(|t| t.name != tier.name);
+        self.tiers.push(tier);
+        self
+    }
+
+    /// Who decides requests beyond the tier (see [`sandbox_core::policy::elevation`]).
+    /// Default: none, so such requests are refused.
+    pub fn approver(mut self, approver: impl Approver + 'static) -> Self {
+        self.approver = Some(Arc::new(approver));
+        self
+    }
+
+    /// What the risk router may choose from (runs that declare a [`RunContext::risk`]).
+    /// Default: every backend, never one below the risk's floor.
+    pub fn route_policy(mut self, policy: RoutePolicy) -> Self {
+        self.route_policy = policy;
+        self
+    }
+
+    /// Builds the sandbox. Fails when the chosen backend is not compiled in, when the
+    /// default tier is unknown, or when the audit log does not verify; host capabilities
+    /// are checked per run (and by [`doctor`]).
     pub fn build(self) -> Result<Sandbox> {
         if let BackendChoice::Only(kind) = self.backend {
             if !compiled_in(kind) {
                 return Err(Error::unavailable(kind, not_built_reason(kind)));
             }
         }
+        let tiers = TierTable::new(self.tiers);
+        if let Some(name) = &self.tier {
+            tiers.get(name)?;
+        }
         let audit = match &self.audit {
-            Some(path) => Some(std::sync::Mutex::new(sandbox_core::audit::AuditLog::open(
-                path,
-            )?)),
+            Some(path) => Some(std::sync::Mutex::new(AuditLog::open(path)?)),
             None => None,
         };
         Ok(Sandbox {
             inner: Arc::new(Inner {
                 audit,
+                tier: self.tier,
+                tiers,
+                approver: self.approver,
+                route_policy: self.route_policy,
+                grants: std::sync::Mutex::new(GrantBook::new()),
+                offers: std::sync::Mutex::new(Vec::new()),
                 choice: self.backend,
                 strictness: self.strictness,
                 helper: self.helper,
@@ -198,9 +256,49 @@ fn not_built_reason(kind: BackendKind) -> String {
     }
 }
 
+/// The tiers a sandbox knows: the presets and the embedder's own (which win by name).
+#[derive(Clone, Debug)]
+struct TierTable {
+    defined: Vec<Tier>,
+    home: PathBuf,
+}
+
+impl TierTable {
+    fn new(defined: Vec<Tier>) -> TierTable {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute())
+            .unwrap_or_else(|| PathBuf::from("/home"));
+        TierTable { defined, home }
+    }
+
+    fn get(&self, name: &str) -> Result<Tier> {
+        if let Some(tier) = self.defined.iter().find(|t| t.name == name) {
+            return Ok(tier.clone());
+        }
+        Tier::preset(name, &self.home).ok_or_else(|| {
+            let mut known: Vec<String> = Tier::PRESETS.iter().map(|s| s.to_string()).collect();
+            known.extend(self.defined.iter().map(|t| t.name.clone()));
+            Error::invalid(format!(
+                "unknown tier {name:?} (known: {})",
+                known.join(", ")
+            ))
+        })
+    }
+}
+
 struct Inner {
     /// The audit log every run and refusal is recorded in, if any.
-    audit: Option<std::sync::Mutex<sandbox_core::audit::AuditLog>>,
+    audit: Option<std::sync::Mutex<AuditLog>>,
+    /// The default tier's name.
+    tier: Option<String>,
+    tiers: TierTable,
+    approver: Option<Arc<dyn Approver>>,
+    route_policy: RoutePolicy,
+    /// Live elevations of this sandbox.
+    grants: std::sync::Mutex<GrantBook>,
+    /// Backend availability, probed once per backend for the router.
+    offers: std::sync::Mutex<Vec<(BackendKind, BackendOffer)>>,
     choice: BackendChoice,
     strictness: Strictness,
     helper: Option<PathBuf>,
@@ -359,35 +457,19 @@ impl Sandbox {
     /// Like [`Sandbox::run`], with cancellation and streaming from `ctx`. The sandbox's
     /// strictness overrides `ctx.strictness` only when `ctx` leaves it at the default and
     /// the sandbox is best-effort.
+    ///
+    /// Before anything runs: the caps are validated; the run's tier (`ctx.tier`, else the
+    /// sandbox's) is checked and elevations asked for; with backend `auto` and a declared
+    /// `ctx.risk`, the router picks the backend. Every refusal and policy decision is in
+    /// the audit log (when configured) before this returns.
     pub fn run_with(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         let mut ctx = ctx.clone();
         if self.inner.strictness == Strictness::BestEffort {
             ctx.strictness = Strictness::BestEffort;
         }
-        // An image in the caps means the container backend, unless one was chosen.
-        let kind = match self.inner.choice {
-            BackendChoice::Auto if caps.container.is_some() => BackendKind::Container,
-            _ => self.route(tool),
-        };
-        let result = self.backend(kind).and_then(|backend| {
-            let span = tracing::info_span!("strata.run", backend = %backend.kind(), tool = %tool.describe());
-            let _enter = span.enter();
-            let result = backend.run(tool, caps, &ctx);
-            match &result {
-                Ok(out) => tracing::info!(
-                    status = %out.status,
-                    duration_ms = out.duration.as_secs_f64() * 1000.0,
-                    denials = out.receipt.denials.len(),
-                    "run finished"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, kind = e.kind().code(), "run refused or failed")
-                }
-            }
-            result
-        });
+        let result = self.admit_and_run(tool, caps, &ctx);
         if let Some(audit) = &self.inner.audit {
-            let event = sandbox_core::audit::AuditEvent::of_run(tool, &result, caps.agent.clone());
+            let event = AuditEvent::of_run(tool, &result, caps.agent.clone());
             let mut log = match audit.lock() {
                 Ok(log) => log,
                 Err(poisoned) => poisoned.into_inner(),
@@ -396,6 +478,142 @@ impl Sandbox {
                 .map_err(|e| Error::internal("writing the audit log", e))?;
         }
         result
+    }
+
+    /// Revokes every elevation granted so far (the return to the sandbox after an escape
+    /// hatch); later runs beyond their tier ask the approver again.
+    pub fn revoke_elevations(&self) {
+        self.grants().revoke_all();
+    }
+
+    fn grants(&self) -> std::sync::MutexGuard<'_, GrantBook> {
+        match self.inner.grants.lock() {
+            Ok(book) => book,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Records a policy event before it takes effect (the audit log `fsync`s it), or only
+    /// traces it when the sandbox has no log.
+    fn audit_policy(&self, event: AuditEvent) -> Result<()> {
+        match &self.inner.audit {
+            Some(audit) => {
+                let mut log = match audit.lock() {
+                    Ok(log) => log,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+                log.record(event)
+                    .map(drop)
+                    .map_err(|e| Error::internal("writing the audit log", e))
+            }
+            None => {
+                sandbox_core::audit::trace(&event);
+                Ok(())
+            }
+        }
+    }
+
+    fn admit_and_run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+        caps.validate()?;
+        let mut receipt = PolicyReceipt::default();
+        let tier_name = ctx.tier.as_ref().or(self.inner.tier.as_ref());
+        if let Some(name) = tier_name {
+            let tier = self.inner.tiers.get(name)?;
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0);
+            let admission = {
+                let mut book = self.grants();
+                policy::admit(
+                    &tier,
+                    tool,
+                    caps,
+                    &mut book,
+                    self.inner.approver.as_deref(),
+                    now_ms,
+                    &mut |event| self.audit_policy(event),
+                )?
+            };
+            receipt.tier = Some(tier.name);
+            receipt.elevations = admission.elevations;
+        }
+        let kind = self.choose_backend(tool, caps, ctx, &mut receipt)?;
+        let backend = self.backend(kind)?;
+        let span =
+            tracing::info_span!("strata.run", backend = %backend.kind(), tool = %tool.describe());
+        let _enter = span.enter();
+        let result = backend.run(tool, caps, ctx);
+        match &result {
+            Ok(out) => tracing::info!(
+                status = %out.status,
+                duration_ms = out.duration.as_secs_f64() * 1000.0,
+                denials = out.receipt.denials.len(),
+                "run finished"
+            ),
+            Err(e) => tracing::warn!(error = %e, kind = e.kind().code(), "run refused or failed"),
+        }
+        let mut out = result?;
+        if receipt != PolicyReceipt::default() {
+            out.receipt.policy = Some(receipt);
+        }
+        Ok(out)
+    }
+
+    /// The backend for this run: the configured one, or with `auto` the router's choice
+    /// when a risk is declared (recorded in `receipt`), else by the tool's kind. A fixed
+    /// backend with a declared risk must still meet the risk's floor.
+    fn choose_backend(
+        &self,
+        tool: &Tool,
+        caps: &Caps,
+        ctx: &RunContext,
+        receipt: &mut PolicyReceipt,
+    ) -> Result<BackendKind> {
+        let Some(risk) = ctx.risk else {
+            return Ok(match self.inner.choice {
+                BackendChoice::Auto if caps.container.is_some() => BackendKind::Container,
+                _ => self.route(tool),
+            });
+        };
+        let mut policy = self.inner.route_policy.clone();
+        if let BackendChoice::Only(kind) = self.inner.choice {
+            policy.allowed.retain(|k| *k == kind);
+        }
+        let route = policy::route(tool, caps, Some(risk), &policy, |kind| self.offer(kind))?;
+        self.audit_policy(AuditEvent::Policy {
+            subject: "route".into(),
+            decision: route.backend.to_string(),
+            detail: route.reason.clone(),
+        })?;
+        let kind = route.backend;
+        receipt.route = Some(route);
+        Ok(kind)
+    }
+
+    /// Whether `kind` can run tools here, probed once per sandbox.
+    fn offer(&self, kind: BackendKind) -> BackendOffer {
+        let mut offers = match self.inner.offers.lock() {
+            Ok(o) => o,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some((_, offer)) = offers.iter().find(|(k, _)| *k == kind) {
+            return offer.clone();
+        }
+        let offer = match self.backend(kind) {
+            Ok(backend) => {
+                let report = backend.report();
+                match report.available {
+                    true => BackendOffer::Available,
+                    false => BackendOffer::Unavailable(
+                        report.reason.unwrap_or_else(|| "not usable here".into()),
+                    ),
+                }
+            }
+            Err(e) => BackendOffer::Unavailable(e.to_string()),
+        };
+        offers.push((kind, offer.clone()));
+        offer
     }
 
     /// Runs on tokio's blocking pool. Dropping the future cancels the run and kills the

@@ -158,6 +158,29 @@ pub struct RunArgs {
     /// does not verify is refused before anything runs.
     #[arg(long = "audit", value_name = "FILE")]
     pub audit: Option<PathBuf>,
+    /// Check the run against a trust tier: low (read-only /tmp, no network), medium (the
+    /// home directory, an allowlist, approved programs) or high (anything). A request
+    /// beyond it is refused naming the tier and the capability, unless an approver grants
+    /// it. The receipt names the tier.
+    #[arg(long, value_name = "TIER")]
+    pub tier: Option<String>,
+    /// Declare the tool's risk (compute, files, build or untrusted); with --backend auto
+    /// the backend is chosen from it (untrusted: microvm; build: container; compute: wasm)
+    /// and never a weaker one unless --allow-weaker. The receipt records the route.
+    #[arg(long, value_name = "RISK")]
+    pub risk: Option<String>,
+    /// With --risk: accept a backend below the risk's floor when the preferred ones are
+    /// unavailable (the receipt says so).
+    #[arg(long = "allow-weaker")]
+    pub allow_weaker: bool,
+    /// Ask PROGRAM about requests beyond the tier: it gets the request as JSON on stdin
+    /// ({agent, tier, tool, needs: [{capability, detail}]}) and grants with exit 0
+    /// (optionally printing {"ttl": MS, "runs": N}); any other exit refuses.
+    #[arg(long, value_name = "PROGRAM", conflicts_with = "approve_interactive")]
+    pub approver: Option<PathBuf>,
+    /// Ask on the terminal about requests beyond the tier.
+    #[arg(long = "approve-interactive")]
+    pub approve_interactive: bool,
     /// Also write the result as JSON to FILE when the run ends: status, limits and receipt
     /// (not the output, which streams as usual), or `{"error": {kind, message}}`.
     #[arg(long = "result-file", value_name = "FILE")]
@@ -181,6 +204,14 @@ pub struct Request {
     pub result_file: Option<PathBuf>,
     /// The audit log (`--audit`).
     pub audit: Option<PathBuf>,
+    /// The tier (`--tier`).
+    pub tier: Option<String>,
+    /// The declared risk (`--risk`).
+    pub risk: Option<strata::policy::Risk>,
+    /// `--allow-weaker`.
+    pub allow_weaker: bool,
+    /// Who decides elevations (`--approver`, `--approve-interactive`).
+    pub approver: Option<crate::approve::ApproverChoice>,
 }
 
 /// A `HOST[:GUEST]` argument as a mount: HOST made absolute against `cwd` (lexically), and
@@ -382,6 +413,14 @@ impl RunArgs {
             raw_output: self.raw_output,
             result_file: self.result_file,
             audit: self.audit,
+            tier: self.tier,
+            risk: self.risk.as_deref().map(str::parse).transpose()?,
+            allow_weaker: self.allow_weaker,
+            approver: match (self.approver, self.approve_interactive) {
+                (Some(program), _) => Some(crate::approve::ApproverChoice::Program(program)),
+                (None, true) => Some(crate::approve::ApproverChoice::Terminal),
+                (None, false) => None,
+            },
         })
     }
 }
@@ -449,6 +488,11 @@ mod tests {
             "--caps",
             "--result-file",
             "--audit",
+            "--tier",
+            "--risk",
+            "--allow-weaker",
+            "--approver",
+            "--approve-interactive",
         ];
         let unnamed: Vec<&String> = flags
             .keys()

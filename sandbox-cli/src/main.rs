@@ -8,6 +8,7 @@
 //! The tool's output passes through as it arrives. When stdout (or stderr) is a terminal,
 //! it first goes through [`sanitize::Sanitizer`] unless `--raw-output` is given.
 
+mod approve;
 mod args;
 mod sanitize;
 
@@ -151,11 +152,26 @@ fn run(args: RunArgs) -> ExitCode {
     if let Some(path) = &request.audit {
         builder = builder.audit(path);
     }
+    if let Some(tier) = &request.tier {
+        builder = builder.tier(tier);
+    }
+    if let Some(choice) = &request.approver {
+        builder = builder.approver(choice.approver());
+    }
+    if request.allow_weaker {
+        builder = builder.route_policy(strata::policy::RoutePolicy {
+            allow_weaker: true,
+            ..strata::policy::RoutePolicy::default()
+        });
+    }
     let sandbox = match builder.build() {
         Ok(s) => s,
         Err(e) => return fail(&e, json),
     };
-    let mut ctx = RunContext::default();
+    let mut ctx = RunContext {
+        risk: request.risk,
+        ..RunContext::default()
+    };
     if request.stdin {
         // A duplicate of fd 0, streamed by the backend; this process never reads it.
         match std::io::stdin().as_fd().try_clone_to_owned() {

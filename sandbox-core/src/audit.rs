@@ -42,6 +42,15 @@ pub enum AuditEvent {
         /// Denials the receipt lists (`capability: detail`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         denials: Vec<String>,
+        /// The tier the run was checked against, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tier: Option<String>,
+        /// The risk the router used, if a risk was routed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        risk: Option<String>,
+        /// Grants beyond the tier the run used (their ids).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        elevations: Vec<u64>,
     },
     /// A run was refused before anything ran.
     Refusal {
@@ -82,6 +91,19 @@ impl AuditEvent {
                     .iter()
                     .map(|d| format!("{}: {}", d.capability, d.detail))
                     .collect(),
+                tier: out.receipt.policy.as_ref().and_then(|p| p.tier.clone()),
+                risk: out
+                    .receipt
+                    .policy
+                    .as_ref()
+                    .and_then(|p| p.route.as_ref())
+                    .map(|r| r.risk.to_string()),
+                elevations: out
+                    .receipt
+                    .policy
+                    .as_ref()
+                    .map(|p| p.elevations.iter().map(|g| g.id).collect())
+                    .unwrap_or_default(),
             },
             Err(e) => AuditEvent::Refusal {
                 tool: tool.describe(),
@@ -384,6 +406,16 @@ impl AuditLog {
     }
 }
 
+/// Emits `event` through `tracing` only (target `strata::audit`), for sandboxes without a
+/// log file.
+pub fn trace(event: &AuditEvent) {
+    tracing::info!(
+        target: "strata::audit",
+        event = %serde_json::to_string(event).unwrap_or_default(),
+        "audit event"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +427,9 @@ mod tests {
             status: "exited 0".into(),
             agent: None,
             denials: Vec::new(),
+            tier: None,
+            risk: None,
+            elevations: Vec::new(),
         }
     }
 

@@ -154,6 +154,13 @@ pub struct RunContext {
     /// [`StdinSource`] for the buffering and limits every backend applies.
     #[cfg(unix)]
     pub stdin: Option<Arc<StdinSource>>,
+    /// The trust tier to check this run against, by name (a preset `low`, `medium`,
+    /// `high`, or one the sandbox defines). Default: the sandbox's tier, if any. Backends
+    /// ignore it; `strata::Sandbox` applies it.
+    pub tier: Option<String>,
+    /// The declared risk; with backend `auto` the router picks the backend from it (see
+    /// [`crate::policy::route`]). Default: none (backend by the tool's kind).
+    pub risk: Option<crate::policy::Risk>,
 }
 
 impl fmt::Debug for RunContext {
@@ -161,7 +168,9 @@ impl fmt::Debug for RunContext {
         let mut d = f.debug_struct("RunContext");
         d.field("strictness", &self.strictness)
             .field("cancelled", &self.cancel.is_cancelled())
-            .field("sink", &self.sink.is_some());
+            .field("sink", &self.sink.is_some())
+            .field("tier", &self.tier)
+            .field("risk", &self.risk);
         #[cfg(unix)]
         d.field("stdin", &self.stdin);
         d.finish()

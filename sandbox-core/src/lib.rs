@@ -48,7 +48,7 @@ pub use grant::{
 pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput, TrapKind};
 pub use receipt::{
     Capability, Denial, EgressDecision, EgressRefusal, Enforcement, Gap, IdentityReceipt,
-    IdentitySource, Mechanism, NetworkReceipt, Receipt,
+    IdentitySource, Mechanism, NetworkReceipt, PolicyReceipt, Receipt,
 };
 pub use report::{EndReason, LandlockStatus, SetupStage};
 pub use size::ByteSize;

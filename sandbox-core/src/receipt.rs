@@ -33,6 +33,24 @@ pub struct Receipt {
     /// For runs under a network allowlist: every egress decision. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkReceipt>,
+    /// What the policy layer decided before the run: its tier, the router's choice and the
+    /// elevations it used. Absent when no tier applied and no risk was routed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyReceipt>,
+}
+
+/// The policy layer's part of a receipt (see [`crate::policy`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PolicyReceipt {
+    /// The tier the run was checked against, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// How the router chose the backend, when a risk was declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<crate::policy::Route>,
+    /// Grants beyond the tier that this run used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elevations: Vec<crate::policy::Grant>,
 }
 
 /// What the egress enforcement of a run under [`crate::Net::Allow`] decided.
@@ -170,6 +188,7 @@ impl Receipt {
             container: None,
             identity: None,
             network: None,
+            policy: None,
         }
     }
 
@@ -280,6 +299,27 @@ impl fmt::Display for Receipt {
                 let addr = d.addr.map(|a| format!(" ({a})")).unwrap_or_default();
                 let rule = d.rule.as_deref().unwrap_or_default();
                 writeln!(f, "    allowed {}:{}{addr} by {rule}", d.host, d.port)?;
+            }
+        }
+        if let Some(p) = &self.policy {
+            if let Some(tier) = &p.tier {
+                writeln!(f, "  tier: {tier}")?;
+            }
+            if let Some(r) = &p.route {
+                writeln!(
+                    f,
+                    "  route: risk {} -> {} ({})",
+                    r.risk, r.backend, r.reason
+                )?;
+            }
+            for g in &p.elevations {
+                writeln!(
+                    f,
+                    "  elevation: grant {} ({}), {} run(s) left before this one ended",
+                    g.id,
+                    g.capabilities.join(", "),
+                    g.runs_left.saturating_sub(1)
+                )?;
             }
         }
         for g in &self.gaps {

@@ -217,6 +217,7 @@ pub(crate) fn run(
         cancel: ctx.cancel.clone(),
         sink: Some(demux.clone()),
         stdin: ctx.stdin.clone(),
+        ..RunContext::default()
     };
     let tool = Tool::Command {
         argv: vec![host_guest.display().to_string()],
@@ -407,6 +408,7 @@ fn host_context(strictness: Strictness, stdin: OwnedFd) -> RunContext {
         cancel: sandbox_core::CancelToken::new(),
         sink: Some(Arc::new(FrameWriter)),
         stdin: Some(Arc::new(StdinSource::from_fd(stdin))),
+        ..RunContext::default()
     }
 }
 

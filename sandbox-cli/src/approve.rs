@@ -1,0 +1,154 @@
+//! Approvers of the CLI: a program (`--approver PROGRAM`) or the terminal
+//! (`--approve-interactive`).
+
+use std::io::{BufRead, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use strata::policy::{Approval, Approver, ElevationRequest};
+
+/// How long an approver program may take before the request is refused.
+const PROGRAM_DEADLINE: Duration = Duration::from_secs(120);
+/// At most this much of an approver program's output is read.
+const MAX_ANSWER: u64 = 64 * 1024;
+
+/// Who decides elevations for `strata run`.
+#[derive(Clone, Debug)]
+pub enum ApproverChoice {
+    /// A program: the request as JSON on its stdin; exit 0 grants.
+    Program(PathBuf),
+    /// A prompt on the controlling terminal.
+    Terminal,
+}
+
+impl ApproverChoice {
+    /// The approver as the sandbox calls it.
+    pub fn approver(&self) -> impl Approver + 'static {
+        let choice = self.clone();
+        move |request: &ElevationRequest| match &choice {
+            ApproverChoice::Program(program) => ask_program(program, request),
+            ApproverChoice::Terminal => ask_terminal(request),
+        }
+    }
+}
+
+/// Runs `program` (no shell) with the request on stdin. Exit 0 grants (with the `ttl` and
+/// `runs` of a JSON object it prints, if any); another exit, a crash or the deadline
+/// refuses, with the first line of its stderr as the reason.
+fn ask_program(program: &PathBuf, request: &ElevationRequest) -> Approval {
+    let json = match serde_json::to_vec(request) {
+        Ok(json) => json,
+        Err(e) => return Approval::deny(format!("cannot encode the request: {e}")),
+    };
+    let mut child = match Command::new(program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            return Approval::deny(format!(
+                "approver {} failed to start: {e}",
+                program.display()
+            ))
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        // A program that exits without reading refuses by its exit status.
+        let _ = stdin.write_all(&json);
+    }
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let mut err = String::new();
+        if let Some(s) = stdout {
+            let _ = s.take(MAX_ANSWER).read_to_string(&mut out);
+        }
+        if let Some(s) = stderr {
+            let _ = s.take(MAX_ANSWER).read_to_string(&mut err);
+        }
+        (out, err)
+    });
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() > PROGRAM_DEADLINE => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => break None,
+        }
+    };
+    let (out, err) = reader.join().unwrap_or_default();
+    match status {
+        Some(status) if status.success() => {
+            let answer = out.trim();
+            if answer.is_empty() {
+                return Approval::grant();
+            }
+            let mut value: serde_json::Value = match serde_json::from_str(answer) {
+                Ok(v) => v,
+                Err(e) => {
+                    return Approval::deny(format!(
+                        "approver printed something that is not JSON: {e}"
+                    ))
+                }
+            };
+            if let Some(object) = value.as_object_mut() {
+                object.entry("decision").or_insert_with(|| "grant".into());
+            }
+            serde_json::from_value(value)
+                .unwrap_or_else(|e| Approval::deny(format!("approver answer not understood: {e}")))
+        }
+        Some(status) => {
+            let why = err.lines().next().unwrap_or_default().trim().to_string();
+            Approval::deny(match why.is_empty() {
+                true => format!("approver {} refused ({status})", program.display()),
+                false => format!("approver {} refused: {why}", program.display()),
+            })
+        }
+        None => Approval::deny(format!(
+            "approver {} did not answer within {} s",
+            program.display(),
+            PROGRAM_DEADLINE.as_secs()
+        )),
+    }
+}
+
+/// Asks on `/dev/tty`; only `y` or `yes` grants (default lifetime and one run).
+fn ask_terminal(request: &ElevationRequest) -> Approval {
+    let tty = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+    {
+        Ok(tty) => tty,
+        Err(e) => return Approval::deny(format!("no terminal to ask on: {e}")),
+    };
+    let mut out = &tty;
+    let who = request.agent.as_deref().unwrap_or("this run");
+    let _ = writeln!(
+        out,
+        "strata: {who} (tier {}) asks to run {} with:",
+        request.tier, request.tool
+    );
+    for need in &request.needs {
+        let _ = writeln!(out, "  {need}");
+    }
+    let _ = write!(out, "grant for one run? [y/N] ");
+    let _ = out.flush();
+    let mut line = String::new();
+    if std::io::BufReader::new(&tty).read_line(&mut line).is_err() {
+        return Approval::deny("could not read the answer");
+    }
+    match line.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Approval::grant(),
+        _ => Approval::deny("refused on the terminal"),
+    }
+}
