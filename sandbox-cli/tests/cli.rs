@@ -979,3 +979,118 @@ fn audit_log_records_runs_and_refusals_and_verify_names_a_tampered_record() {
 fn text_of(out: &Output) -> String {
     format!("{}{}", text(&out.stdout), text(&out.stderr))
 }
+
+#[test]
+fn tier_refuses_beyond_it_and_an_approver_program_decides_with_the_request_on_stdin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).expect("ws");
+    let ws_arg = ws.to_str().expect("utf-8");
+    let request = dir.path().join("request.json");
+    let grant = dir.path().join("grant.sh");
+    std::fs::write(
+        &grant,
+        format!(
+            "#!/bin/sh\ncat > {}\necho '{{\"runs\": 1}}'\n",
+            request.display()
+        ),
+    )
+    .expect("approver");
+    let deny = dir.path().join("deny.sh");
+    std::fs::write(&deny, "#!/bin/sh\necho 'no writes today' >&2\nexit 3\n").expect("approver");
+    for script in [&grant, &deny] {
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(script, mode).expect("chmod");
+    }
+    let write = format!("echo ok > {ws_arg}/out");
+    // Without an approver: refused naming the tier and the capability; nothing ran.
+    let out = strata(&[
+        "run", "--tier", "low", "--rw", ws_arg, "--", "/bin/sh", "-c", &write,
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(err.contains("tier low") && err.contains("write:"), "{err}");
+    assert!(!ws.join("out").exists());
+    // A refusing approver: its reason reaches the caller.
+    let out = strata(&[
+        "run",
+        "--tier",
+        "low",
+        "--rw",
+        ws_arg,
+        "--approver",
+        deny.to_str().expect("utf-8"),
+        "--",
+        "/bin/sh",
+        "-c",
+        &write,
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("no writes today"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!ws.join("out").exists());
+    // A granting approver sees the request as JSON; the receipt names tier and grant.
+    let out = strata(&[
+        "run",
+        "--tier",
+        "low",
+        "--rw",
+        ws_arg,
+        "--approver",
+        grant.to_str().expect("utf-8"),
+        "--json",
+        "--",
+        "/bin/sh",
+        "-c",
+        &write,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(ws.join("out").exists());
+    let asked: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&request).expect("request")).expect("json");
+    assert_eq!(asked["tier"], "low");
+    assert!(asked["needs"][0]["capability"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("write:")));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(result["receipt"]["policy"]["tier"], "low");
+    assert_eq!(result["receipt"]["policy"]["elevations"][0]["id"], 1);
+}
+
+#[test]
+fn declared_risk_is_routed_and_a_weaker_fixed_backend_is_refused() {
+    let out = strata(&[
+        "run",
+        "--backend",
+        "process",
+        "--risk",
+        "untrusted",
+        "--",
+        "/bin/true",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("risk untrusted"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = strata(&[
+        "run",
+        "--backend",
+        "process",
+        "--risk",
+        "untrusted",
+        "--allow-weaker",
+        "--json",
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(result["receipt"]["policy"]["route"]["backend"], "process");
+    let out = strata(&["run", "--risk", "reckless", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
