@@ -16,6 +16,7 @@
 mod convert;
 mod errors;
 mod logging;
+mod policy;
 mod result;
 mod sandbox;
 mod types;
@@ -34,6 +35,8 @@ fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<result::PyDoctorReport>()?;
     m.add_class::<sandbox::PySandbox>()?;
     m.add_class::<sandbox::PyRunHandle>()?;
+    m.add_function(wrap_pyfunction!(policy::tier_preset, m)?)?;
+    m.add_function(wrap_pyfunction!(policy::verify_audit, m)?)?;
     logging::install(m.py())?;
     Ok(())
 }

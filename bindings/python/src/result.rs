@@ -245,6 +245,14 @@ impl PyReceipt {
         json_to_py(py, &serialize(py, &self.receipt.network)?)
     }
 
+    /// What the policy layer decided: `{"tier"?, "route"?: {"risk", "declared", "backend",
+    /// "reason"}, "elevations"?: [{"id", "agent", "capabilities", "expires_at_ms",
+    /// "runs_left"}]}`; `None` when no tier applied and no risk was routed.
+    #[getter]
+    fn policy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_to_py(py, &serialize(py, &self.receipt.policy)?)
+    }
+
     /// Whether `capability` (e.g. `"fs"`, `"net"`) is enforced by a mechanism whose name
     /// contains `mechanism` (e.g. `"landlock"`).
     fn has(&self, py: Python<'_>, capability: &str, mechanism: &str) -> PyResult<bool> {

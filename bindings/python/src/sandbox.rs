@@ -9,6 +9,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
+use strata::policy::{Risk, RoutePolicy};
 use strata::{
     BackendChoice, BackendKind, CancelToken, Caps, Error, ExitStatus, Receipt, ResourceUsage,
     RunContext, RunOutput, Sandbox, Stream, Strictness, Tool,
@@ -17,6 +18,7 @@ use strata::{
 use crate::convert;
 use crate::errors::{to_py, IntoPyResult};
 use crate::logging::{self, CallScope};
+use crate::policy;
 use crate::result::{PyDoctorReport, PyRunResult};
 use crate::types::{PyCaps, PyTool};
 
@@ -201,10 +203,18 @@ fn context(
     on_stdout: Option<Py<PyAny>>,
     on_stderr: Option<Py<PyAny>>,
     text: bool,
+    policy: &RunPolicy,
 ) -> PyResult<(RunContext, Option<Arc<PySink>>)> {
     let on_stdout = callable(py, on_stdout, "on_stdout")?;
     let on_stderr = callable(py, on_stderr, "on_stderr")?;
-    let mut ctx = RunContext::default();
+    let mut ctx = RunContext {
+        tier: policy.tier.clone(),
+        risk: match &policy.risk {
+            Some(risk) => Some(risk.parse::<Risk>().py_err(py)?),
+            None => None,
+        },
+        ..RunContext::default()
+    };
     if on_stdout.is_none() && on_stderr.is_none() {
         if let Some(shutdown) = shared {
             // Nothing but `close()` cancels this run: share the sandbox's token.
@@ -224,6 +234,13 @@ fn context(
         for_core.on_output(stream, chunk)
     }));
     Ok((ctx, Some(sink)))
+}
+
+/// A run's `tier` and `risk` keywords.
+#[derive(Default)]
+struct RunPolicy {
+    tier: Option<String>,
+    risk: Option<String>,
 }
 
 /// The Python outcome of a run: callback exceptions first, then the run's own result.
@@ -293,6 +310,7 @@ impl PySandbox {
         on_stdout: Option<Py<PyAny>>,
         on_stderr: Option<Py<PyAny>>,
         text: bool,
+        policy: RunPolicy,
         exec: F,
     ) -> PyResult<PyRunResult>
     where
@@ -301,7 +319,14 @@ impl PySandbox {
         self.ensure_open(py)?;
         let tool = tool_arg(tool)?;
         let caps = caps_arg(caps)?;
-        let (ctx, sink) = context(py, Some(&self.shutdown), on_stdout, on_stderr, text)?;
+        let (ctx, sink) = context(
+            py,
+            Some(&self.shutdown),
+            on_stdout,
+            on_stderr,
+            text,
+            &policy,
+        )?;
         logging::refresh_level(py);
         let result = py.detach(|| {
             let _scope = CallScope::enter();
@@ -323,13 +348,32 @@ fn link(shutdown: &CancelToken, run: &CancelToken) -> impl Drop {
 #[pymethods]
 impl PySandbox {
     #[new]
-    #[pyo3(signature = (backend = "auto", *, strict = true, helper = None, warm_pool = None))]
+    #[pyo3(signature = (
+        backend = "auto",
+        *,
+        strict = true,
+        helper = None,
+        warm_pool = None,
+        tier = None,
+        tiers = None,
+        approver = None,
+        audit = None,
+        route_backends = None,
+        allow_weaker = false
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         backend: &str,
         strict: bool,
         helper: Option<PathBuf>,
         warm_pool: Option<usize>,
+        tier: Option<String>,
+        tiers: Option<Vec<Bound<'_, PyAny>>>,
+        approver: Option<Py<PyAny>>,
+        audit: Option<PathBuf>,
+        route_backends: Option<Vec<String>>,
+        allow_weaker: bool,
     ) -> PyResult<Self> {
         let choice: BackendChoice = backend.parse().py_err(py)?;
         let mut builder = Sandbox::builder().backend(choice).strictness(if strict {
@@ -343,8 +387,32 @@ impl PySandbox {
         if let Some(path) = &helper {
             builder = builder.helper(path);
         }
+        for definition in tiers.unwrap_or_default() {
+            builder = builder.define_tier(policy::tier(&definition)?);
+        }
+        if let Some(name) = tier {
+            builder = builder.tier(name);
+        }
+        if let Some(callback) = approver {
+            builder = builder.approver(policy::PyApprover::new(py, callback)?);
+        }
+        if let Some(path) = audit {
+            builder = builder.audit(path);
+        }
+        let mut route = RoutePolicy {
+            allow_weaker,
+            ..RoutePolicy::default()
+        };
+        if let Some(names) = route_backends {
+            route.allowed = names
+                .iter()
+                .map(|n| n.parse::<BackendKind>())
+                .collect::<strata::Result<_>>()
+                .py_err(py)?;
+        }
+        builder = builder.route_policy(route);
         Ok(PySandbox {
-            sandbox: builder.build().py_err(py)?,
+            sandbox: py.detach(|| builder.build()).py_err(py)?,
             backend: choice.to_string(),
             strict,
             helper,
@@ -367,8 +435,50 @@ impl PySandbox {
     /// InvalidRequestError, DeniedError, BackendUnavailableError, UnenforceableError,
     /// SetupFailedError or InternalError when the run was refused or could not start
     /// (then nothing of the tool ran), CancelledError when `close()` cancelled it.
-    #[pyo3(signature = (tool, caps = None, *, on_stdout = None, on_stderr = None, text = true))]
+    ///
+    /// - `tier`: check this run against that tier instead of the sandbox's (DeniedError
+    ///   beyond it, unless the approver grants it).
+    /// - `risk`: `"compute"`, `"files"`, `"build"` or `"untrusted"`; with backend `"auto"`
+    ///   the backend is chosen from it, never below the risk's floor unless the sandbox
+    ///   has `allow_weaker=True` (`receipt.policy["route"]` says why).
+    #[pyo3(signature = (
+        tool, caps = None, *, on_stdout = None, on_stderr = None, text = true, tier = None,
+        risk = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn run(
+        &self,
+        py: Python<'_>,
+        tool: &Bound<'_, PyAny>,
+        caps: Option<&Bound<'_, PyAny>>,
+        on_stdout: Option<Py<PyAny>>,
+        on_stderr: Option<Py<PyAny>>,
+        text: bool,
+        tier: Option<String>,
+        risk: Option<String>,
+    ) -> PyResult<PyRunResult> {
+        self.run_blocking(
+            py,
+            tool,
+            caps,
+            on_stdout,
+            on_stderr,
+            text,
+            RunPolicy { tier, risk },
+            |sandbox, tool, caps, ctx| sandbox.run_with(tool, caps, ctx),
+        )
+    }
+
+    /// Revokes every elevation the approver granted so far; later runs beyond their tier
+    /// ask again.
+    fn revoke_elevations(&self) {
+        self.sandbox.revoke_elevations();
+    }
+
+    /// Benchmark only: does everything `run` does (argument conversion, GIL release, the
+    /// result object) except running a sandbox, and returns a fixed successful result.
+    #[pyo3(signature = (tool, caps = None, *, on_stdout = None, on_stderr = None, text = true))]
+    fn _run_noop(
         &self,
         py: Python<'_>,
         tool: &Bound<'_, PyAny>,
@@ -384,31 +494,18 @@ impl PySandbox {
             on_stdout,
             on_stderr,
             text,
-            |sandbox, tool, caps, ctx| sandbox.run_with(tool, caps, ctx),
+            RunPolicy::default(),
+            |_, _, _, _| Ok(noop_output()),
         )
-    }
-
-    /// Benchmark only: does everything `run` does (argument conversion, GIL release, the
-    /// result object) except running a sandbox, and returns a fixed successful result.
-    #[pyo3(signature = (tool, caps = None, *, on_stdout = None, on_stderr = None, text = true))]
-    fn _run_noop(
-        &self,
-        py: Python<'_>,
-        tool: &Bound<'_, PyAny>,
-        caps: Option<&Bound<'_, PyAny>>,
-        on_stdout: Option<Py<PyAny>>,
-        on_stderr: Option<Py<PyAny>>,
-        text: bool,
-    ) -> PyResult<PyRunResult> {
-        self.run_blocking(py, tool, caps, on_stdout, on_stderr, text, |_, _, _, _| {
-            Ok(noop_output())
-        })
     }
 
     /// Starts a run on a new thread and returns its RunHandle at once; `done(result,
     /// error)` is called on that thread when it ends (one of the two is `None`). The
     /// building block of `Sandbox.arun`; arguments as for `run`.
-    #[pyo3(signature = (tool, caps, done, *, on_stdout = None, on_stderr = None, text = true))]
+    #[pyo3(signature = (
+        tool, caps, done, *, on_stdout = None, on_stderr = None, text = true, tier = None,
+        risk = None
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn _start(
         &self,
@@ -419,6 +516,8 @@ impl PySandbox {
         on_stdout: Option<Py<PyAny>>,
         on_stderr: Option<Py<PyAny>>,
         text: bool,
+        tier: Option<String>,
+        risk: Option<String>,
     ) -> PyResult<PyRunHandle> {
         self.ensure_open(py)?;
         if !done.bind(py).is_callable() {
@@ -426,7 +525,8 @@ impl PySandbox {
         }
         let tool = tool_arg(tool)?.into_owned();
         let caps = caps_arg(caps)?.into_owned();
-        let (ctx, sink) = context(py, None, on_stdout, on_stderr, text)?;
+        let policy = RunPolicy { tier, risk };
+        let (ctx, sink) = context(py, None, on_stdout, on_stderr, text, &policy)?;
         let handle = PyRunHandle {
             cancel: ctx.cancel.clone(),
         };

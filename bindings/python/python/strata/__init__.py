@@ -44,6 +44,8 @@ from strata._strata import (
     ToolFailedError,
     UnenforceableError,
     __version__,
+    tier_preset,
+    verify_audit,
 )
 
 __all__ = [
@@ -68,7 +70,13 @@ __all__ = [
     "__version__",
     "bundled_helper",
     "doctor",
+    "tier_preset",
+    "verify_audit",
 ]
+
+#: An approver: gets an elevation request dict, returns ``True`` (grant one run within 10
+#: minutes), a dict ``{"ttl": seconds, "runs": n}`` (grant), or ``False``/``None`` (refuse).
+Approver = Callable[[Mapping[str, Any]], Union[bool, Mapping[str, Any], None]]
 
 #: A tool argument: an argv list or a :class:`Tool`.
 ToolLike = Union[Tool, Sequence[str]]
@@ -106,6 +114,13 @@ class Sandbox(_strata.Sandbox):
     already run (default ``None``: sized by recent demand, at most 4 per shape and 8 in
     all, killed after 30 s unused; ``0`` turns pre-building off).
 
+    Policy (all off by default): ``tier`` checks every run against a trust tier (``"low"``,
+    ``"medium"``, ``"high"`` or one of ``tiers``, dicts shaped like
+    :func:`tier_preset`'s); a request beyond it raises :class:`DeniedError` unless
+    ``approver`` (see :data:`Approver`) grants it. ``audit`` appends every run, refusal and
+    policy decision to a hash-chained JSON-lines log (:func:`verify_audit` checks it).
+    ``route_backends`` and ``allow_weaker`` bound the risk router (``run(..., risk=...)``).
+
     Thread-safe: runs release the GIL. ``with Sandbox() as sb:`` (or ``async with``) kills
     runs still in flight on exit. ``await sb.arun(...)`` runs without blocking the event
     loop; cancelling the awaiting task kills the sandboxed run.
@@ -118,6 +133,12 @@ class Sandbox(_strata.Sandbox):
         strict: bool = True,
         helper: Union[str, "os.PathLike[str]", None] = None,
         warm_pool: Optional[int] = None,
+        tier: Optional[str] = None,
+        tiers: Optional[Sequence[Mapping[str, Any]]] = None,
+        approver: Optional[Approver] = None,
+        audit: Union[str, "os.PathLike[str]", None] = None,
+        route_backends: Optional[Sequence[str]] = None,
+        allow_weaker: bool = False,
     ) -> "Sandbox":
         return super().__new__(
             cls,
@@ -125,6 +146,12 @@ class Sandbox(_strata.Sandbox):
             strict=strict,
             helper=helper if helper is not None else _default_helper(),
             warm_pool=warm_pool,
+            tier=tier,
+            tiers=tiers,
+            approver=approver,
+            audit=audit,
+            route_backends=route_backends,
+            allow_weaker=allow_weaker,
         )
 
     async def arun(
@@ -135,6 +162,8 @@ class Sandbox(_strata.Sandbox):
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
         text: bool = True,
+        tier: Optional[str] = None,
+        risk: Optional[str] = None,
     ) -> RunResult:
         """Like :meth:`run`, awaitable: the run executes on its own thread.
 
@@ -195,6 +224,8 @@ class Sandbox(_strata.Sandbox):
             on_stdout=on_loop(on_stdout),
             on_stderr=on_loop(on_stderr),
             text=text,
+            tier=tier,
+            risk=risk,
         )
         try:
             return await asyncio.shield(future)

@@ -37,6 +37,8 @@ __all__ = [
     "DoctorReport",
     "Sandbox",
     "RunHandle",
+    "tier_preset",
+    "verify_audit",
 ]
 
 __version__: str
@@ -48,6 +50,7 @@ _Size = Union[int, str]
 _ToolLike = Union["Tool", Sequence[Union[str, "os.PathLike[str]"]]]
 _CapsLike = Union["Caps", Mapping[str, Any], None]
 _Callback = Callable[[Any], object]
+_Risk = Literal["compute", "files", "build", "untrusted"]
 
 # The enums of the schema (schema/*.schema.json), value for value; tests/test_schema.py
 # checks them, and the keywords of Caps, against the committed schema.
@@ -312,6 +315,8 @@ class Receipt:
     def identity(self) -> Optional[Dict[str, Any]]: ...
     @property
     def network(self) -> Optional[_NetworkReceipt]: ...
+    @property
+    def policy(self) -> Optional[Dict[str, Any]]: ...
     def has(self, capability: str, mechanism: str) -> bool: ...
     def to_dict(self) -> Dict[str, Any]: ...
 
@@ -382,6 +387,12 @@ class Sandbox:
         strict: bool = True,
         helper: Optional[_Path] = None,
         warm_pool: Optional[int] = None,
+        tier: Optional[str] = None,
+        tiers: Optional[Sequence[Mapping[str, Any]]] = None,
+        approver: Optional[Callable[[Dict[str, Any]], Union[bool, Mapping[str, Any], None]]] = None,
+        audit: Optional[_Path] = None,
+        route_backends: Optional[Sequence[str]] = None,
+        allow_weaker: bool = False,
     ) -> Self: ...
     def run(
         self,
@@ -391,6 +402,8 @@ class Sandbox:
         on_stdout: Optional[_Callback] = None,
         on_stderr: Optional[_Callback] = None,
         text: bool = True,
+        tier: Optional[str] = None,
+        risk: Optional[_Risk] = None,
     ) -> RunResult: ...
     def _run_noop(
         self,
@@ -410,7 +423,10 @@ class Sandbox:
         on_stdout: Optional[_Callback] = None,
         on_stderr: Optional[_Callback] = None,
         text: bool = True,
+        tier: Optional[str] = None,
+        risk: Optional[str] = None,
     ) -> RunHandle: ...
+    def revoke_elevations(self) -> None: ...
     def doctor(self) -> DoctorReport: ...
     def close(self) -> None: ...
     @property
@@ -423,3 +439,6 @@ class Sandbox:
     def helper(self) -> Optional[str]: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> bool: ...
+
+def tier_preset(name: str, home: Optional[_Path] = None) -> Dict[str, Any]: ...
+def verify_audit(path: _Path, head: Optional[str] = None) -> Dict[str, Any]: ...
