@@ -47,7 +47,57 @@ export interface SandboxOptions {
    * `$STRATA_HELPER` when set, else the one installed with this package ({@link helperPath}).
    */
   helper?: string
+  /**
+   * Check every run against this trust tier: `'low'` (read-only paths under `/tmp`, no
+   * network), `'medium'` (the home directory, an allowlist, approved programs), `'high'`
+   * (anything), or the name of one of {@link SandboxOptions.tiers}. A request beyond it
+   * rejects with {@link DeniedError} naming the tier and the capability, unless the
+   * {@link SandboxOptions.approver} grants it. Default: no tier.
+   */
+  tier?: string
+  /** Tiers of your own, shaped like {@link tierPreset}'s result. */
+  tiers?: Tier[]
+  /**
+   * Decides requests beyond the tier (may be async): `true` grants one run within 10
+   * minutes, `{ ttlMs, runs }` grants that, `false`/`null`/`{ decision: 'deny', reason }`
+   * refuses; a throw refuses. No answer within 120 s refuses.
+   */
+  approver?: (request: ElevationRequest) => Approval | Promise<Approval>
+  /** Append every run, refusal and policy decision to this hash-chained JSON-lines log ({@link verifyAudit}). */
+  audit?: string
+  /** Backends the risk router may choose (default: all). */
+  routeBackends?: BackendName[]
+  /** Let the router use a backend below a risk's floor; the receipt then says so. Default `false`. */
+  allowWeaker?: boolean
 }
+
+/** A trust tier: what runs under it may ask for. */
+export interface Tier {
+  name: string
+  /** Trust order (low 0, medium 1, high 2): delegation only goes to the same or a lower rank. */
+  rank: number
+  paths: 'any' | { within: string[] }
+  writes: boolean
+  network: 'none' | 'allowlist' | 'any'
+  programs: 'any' | { only: string[] }
+  secrets: boolean
+}
+
+/** What an approver is asked. */
+export interface ElevationRequest {
+  agent: string | null
+  tier: string
+  /** The tool, described briefly. */
+  tool: string
+  /** What the run asks for beyond its tier: `read:PATH`, `write:PATH`, `net:allow`, `net:host`, `program:NAME`, `secrets`. */
+  needs: { capability: string; detail: string }[]
+}
+
+/** An approver's answer. */
+export type Approval = boolean | null | undefined | { ttlMs?: number; runs?: number } | { decision: 'deny'; reason?: string }
+
+/** How much harm a tool could do: the risk router's input. */
+export type Risk = 'compute' | 'files' | 'build' | 'untrusted'
 
 /** Options of one {@link Sandbox.run}. Unknown keys are rejected with {@link InvalidRequestError}. */
 export interface RunOptions {
@@ -71,6 +121,14 @@ export interface RunOptions {
    * `result` holds the {@link RunResult}.
    */
   check?: boolean
+  /** Check this run against this tier instead of the sandbox's. */
+  tier?: string
+  /**
+   * The tool's risk: with backend `'auto'` the backend is chosen from it (`untrusted` →
+   * microvm, `build` → container, `compute` → wasm), never a weaker one unless the sandbox
+   * has `allowWeaker`; `receipt.policy.route` says why.
+   */
+  risk?: Risk
 }
 
 /**
@@ -98,7 +156,14 @@ export class Sandbox {
    * {@link CancelledError}, {@link InternalError}.
    */
   run(tool: ToolInput, caps?: Caps | null, options?: RunOptions): Promise<RunResult>
+  /** Revokes every elevation the approver granted so far. */
+  revokeElevations(): void
 }
+
+/** Checks an audit log's hash chain; throws {@link InvalidRequestError} naming the first altered, removed or reordered record. */
+export declare function verifyAudit(path: string, options?: { head?: string }): { records: number; head: string }
+/** A preset tier (`low`, `medium` with `home` or `$HOME`, `high`). */
+export declare function tierPreset(name: 'low' | 'medium' | 'high', home?: string): Tier
 
 // ---------------------------------------------------------------------------------------
 // Tools
@@ -470,6 +535,12 @@ export interface Receipt {
    * bytes the run used. Absent otherwise.
    */
   network?: NetworkReceipt
+  /** What the policy layer decided: the tier, the route of a declared risk, the elevations used. */
+  policy?: {
+    tier?: string
+    route?: { risk: Risk; declared: boolean; backend: BackendName; reason: string }
+    elevations?: { id: number; agent: string | null; capabilities: string[]; expires_at_ms: number; runs_left: number }[]
+  }
 }
 
 /** The result of a run that happened. A non-zero exit is data, not an error. */

@@ -109,8 +109,45 @@ const Tool = Object.freeze({
 // ---------------------------------------------------------------------------------------
 // Sandbox
 
-const SANDBOX_OPTIONS = new Set(['backend', 'strict', 'helper'])
-const RUN_OPTIONS = new Set(['signal', 'onStdout', 'onStderr', 'check'])
+const SANDBOX_OPTIONS = new Set([
+  'backend',
+  'strict',
+  'helper',
+  'tier',
+  'tiers',
+  'approver',
+  'audit',
+  'routeBackends',
+  'allowWeaker',
+])
+const RUN_OPTIONS = new Set(['signal', 'onStdout', 'onStderr', 'check', 'tier', 'risk'])
+
+/** An approver's answer as the native side reads it. */
+function approvalJson(answer) {
+  if (answer === true) return JSON.stringify({ decision: 'grant' })
+  if (answer === false || answer == null) return JSON.stringify({ decision: 'deny', reason: 'the approver refused' })
+  if (typeof answer !== 'object') {
+    return JSON.stringify({ decision: 'deny', reason: 'the approver must return a boolean, null or an object' })
+  }
+  if (answer.decision === 'deny') return JSON.stringify({ decision: 'deny', reason: String(answer.reason ?? '') })
+  const grant = { decision: 'grant' }
+  if (answer.ttlMs !== undefined) grant.ttl = answer.ttlMs
+  if (answer.runs !== undefined) grant.runs = answer.runs
+  return JSON.stringify(grant)
+}
+
+/** The native approver: calls the user's (possibly async) function and answers by id. */
+function approverBridge(approver) {
+  return (id, requestJson) => {
+    const answer = (json) => native.answerElevation(id, json)
+    Promise.resolve()
+      .then(() => approver(JSON.parse(requestJson)))
+      .then(
+        (decision) => answer(approvalJson(decision)),
+        (error) => answer(JSON.stringify({ decision: 'deny', reason: `the approver threw ${error?.message ?? error}` })),
+      )
+  }
+}
 const NO_OPTIONS = Object.freeze({})
 // The native callback's event kinds, and the bits of the native run's flags.
 const STDOUT = 0
@@ -226,15 +263,29 @@ class Sandbox {
     const bad =
       (opts.backend !== undefined && typeof opts.backend !== 'string' && 'backend must be a string') ||
       (opts.strict !== undefined && typeof opts.strict !== 'boolean' && 'strict must be a boolean') ||
-      (opts.helper !== undefined && typeof opts.helper !== 'string' && 'helper must be a string')
+      (opts.helper !== undefined && typeof opts.helper !== 'string' && 'helper must be a string') ||
+      (opts.tier !== undefined && typeof opts.tier !== 'string' && 'tier must be a string') ||
+      (opts.tiers !== undefined && !Array.isArray(opts.tiers) && 'tiers must be an array of tier objects') ||
+      (opts.approver !== undefined && typeof opts.approver !== 'function' && 'approver must be a function') ||
+      (opts.audit !== undefined && typeof opts.audit !== 'string' && 'audit must be a path string') ||
+      (opts.routeBackends !== undefined && !Array.isArray(opts.routeBackends) && 'routeBackends must be an array') ||
+      (opts.allowWeaker !== undefined && typeof opts.allowWeaker !== 'boolean' && 'allowWeaker must be a boolean')
     if (bad) throw new InvalidRequestError(bad)
     let made
     try {
-      made = native.createSandbox({
-        backend: opts.backend,
-        strict: opts.strict,
-        helper: opts.helper ?? defaultHelper(),
-      })
+      made = native.createSandbox(
+        {
+          backend: opts.backend,
+          strict: opts.strict,
+          helper: opts.helper ?? defaultHelper(),
+          tier: opts.tier,
+          tiersJson: opts.tiers === undefined ? undefined : JSON.stringify(opts.tiers),
+          audit: opts.audit,
+          routeBackends: opts.routeBackends,
+          allowWeaker: opts.allowWeaker,
+        },
+        opts.approver === undefined ? undefined : approverBridge(opts.approver),
+      )
     } catch (error) {
       throw fromConversion(error)
     }
@@ -252,6 +303,11 @@ class Sandbox {
     return this.#native.strict
   }
 
+  /** Revokes every elevation the approver granted so far. */
+  revokeElevations() {
+    this.#native.revokeElevations()
+  }
+
   run(tool, caps, options) {
     return new Promise((resolve, reject) => {
       let opts
@@ -266,7 +322,9 @@ class Sandbox {
         (onStdout !== undefined && typeof onStdout !== 'function' && 'onStdout must be a function') ||
         (onStderr !== undefined && typeof onStderr !== 'function' && 'onStderr must be a function') ||
         (signal != null && typeof signal.addEventListener !== 'function' && 'signal must be an AbortSignal') ||
-        (opts.check !== undefined && typeof opts.check !== 'boolean' && 'check must be a boolean')
+        (opts.check !== undefined && typeof opts.check !== 'boolean' && 'check must be a boolean') ||
+        (opts.tier !== undefined && typeof opts.tier !== 'string' && 'tier must be a string') ||
+        (opts.risk !== undefined && typeof opts.risk !== 'string' && 'risk must be a string')
       if (bad) {
         reject(new InvalidRequestError(bad))
         return
@@ -316,6 +374,7 @@ class Sandbox {
             (opts.check === true ? RUN_CHECK : 0),
           cancel,
           onEvent,
+          opts.tier === undefined && opts.risk === undefined ? undefined : { tier: opts.tier, risk: opts.risk },
         )
       } catch (error) {
         if (unwatch) unwatch()
@@ -336,6 +395,22 @@ function doctor(options) {
   return JSON.parse(native.doctor(opts.helper ?? defaultHelper()))
 }
 
+/** Checks an audit log's hash chain: `{ records, head }`, or throws naming the first bad record. */
+function verifyAudit(path, options) {
+  const opts = checkKeys(options, new Set(['head']), 'verifyAudit option')
+  if (typeof path !== 'string') throw new InvalidRequestError('path must be a string')
+  const verified = JSON.parse(native.verifyAuditJson(path, opts.head))
+  if (verified.error) throw new InvalidRequestError(verified.error)
+  return verified
+}
+
+/** A preset tier (`low`, `medium`, `high`) as an object, to inspect or adapt for `tiers`. */
+function tierPreset(name, home) {
+  const json = native.tierPresetJson(String(name), home)
+  if (json == null) throw new InvalidRequestError(`unknown tier preset ${JSON.stringify(name)} (expected low, medium or high)`)
+  return JSON.parse(json)
+}
+
 const version = native.version()
 const { codeTool, commandTool, aiSdkTool } = require('./adapters.js')({ Sandbox, Tool }, checkKeys)
 
@@ -344,6 +419,8 @@ module.exports = {
   Sandbox,
   Tool,
   doctor,
+  verifyAudit,
+  tierPreset,
   version,
   helperPath,
   StrataError,

@@ -19,12 +19,13 @@
 
 mod convert;
 mod deliver;
+mod policy;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use napi::bindgen_prelude::{Either, External, Function, Unknown};
+use napi::bindgen_prelude::{Either, External, FnArgs, Function, Unknown};
 use napi::{Env, Status};
 use napi_derive::napi;
 use strata::{
@@ -47,6 +48,26 @@ pub struct NativeSandboxOptions {
     /// Path of the `strata-helper` binary the process backend runs. Default: `$STRATA_HELPER`,
     /// then next to the running executable (`index.js` passes the packaged one).
     pub helper: Option<String>,
+    /// Check every run against this tier (`low`, `medium`, `high` or one of `tiers_json`).
+    pub tier: Option<String>,
+    /// Tiers the embedder defines, as a JSON array of tier objects.
+    pub tiers_json: Option<String>,
+    /// Append every run, refusal and policy decision to this hash-chained JSONL log.
+    pub audit: Option<String>,
+    /// Backends the risk router may choose (default: all).
+    pub route_backends: Option<Vec<String>>,
+    /// Let the router use a backend below a risk's floor (said in the receipt).
+    pub allow_weaker: Option<bool>,
+}
+
+/// Per-run policy options of [`NativeSandbox::run`].
+#[napi(object)]
+pub struct NativeRunPolicy {
+    /// Check this run against this tier instead of the sandbox's.
+    pub tier: Option<String>,
+    /// `compute`, `files`, `build` or `untrusted`: with backend `auto` the backend is chosen
+    /// from it.
+    pub risk: Option<String>,
 }
 
 /// A sandbox handle: the backend choice and strictness, with backends created on first use
@@ -56,25 +77,57 @@ pub struct NativeSandbox {
     inner: Sandbox,
 }
 
-/// Builds a sandbox, or returns why not (an unknown or not compiled-in backend).
+/// Builds a sandbox, or returns why not (an unknown or not compiled-in backend, a bad
+/// tier, an audit log that does not verify). `approver(id, requestJson)` decides requests
+/// beyond the tier and answers through `answerElevation`.
 #[napi]
-pub fn create_sandbox(options: NativeSandboxOptions) -> Either<NativeSandbox, NativeError> {
+pub fn create_sandbox(
+    options: NativeSandboxOptions,
+    approver: Option<Function<'_, FnArgs<(f64, String)>, ()>>,
+) -> napi::Result<Either<NativeSandbox, NativeError>> {
     let strictness = if options.strict.unwrap_or(true) {
         Strictness::Strict
     } else {
         Strictness::BestEffort
     };
+    let approver = approver.map(policy::NodeApprover::new).transpose()?;
     let built = convert::backend_choice(options.backend.as_deref()).and_then(|backend| {
         let mut builder = Sandbox::builder().backend(backend).strictness(strictness);
         if let Some(helper) = options.helper {
             builder = builder.helper(helper);
         }
-        builder.build()
+        if let Some(json) = &options.tiers_json {
+            let tiers: Vec<strata::policy::Tier> = serde_json::from_str(json)
+                .map_err(|e| strata::Error::invalid(format!("tiers: {e}")))?;
+            for tier in tiers {
+                builder = builder.define_tier(tier);
+            }
+        }
+        if let Some(tier) = options.tier {
+            builder = builder.tier(tier);
+        }
+        if let Some(approver) = approver {
+            builder = builder.approver(approver);
+        }
+        if let Some(audit) = options.audit {
+            builder = builder.audit(audit);
+        }
+        let mut route = strata::policy::RoutePolicy {
+            allow_weaker: options.allow_weaker.unwrap_or(false),
+            ..strata::policy::RoutePolicy::default()
+        };
+        if let Some(names) = &options.route_backends {
+            route.allowed = names
+                .iter()
+                .map(|n| n.parse::<BackendKind>())
+                .collect::<strata::Result<_>>()?;
+        }
+        builder.route_policy(route).build()
     });
-    match built {
+    Ok(match built {
         Ok(inner) => Either::A(NativeSandbox { inner }),
         Err(err) => Either::B(NativeError::from(&err)),
-    }
+    })
 }
 
 /// Bits of [`NativeSandbox::run`]'s `flags`: stream stdout chunks to the callback.
@@ -135,6 +188,12 @@ impl NativeSandbox {
         self.inner.strictness() == Strictness::Strict
     }
 
+    /// Revokes every elevation granted so far.
+    #[napi]
+    pub fn revoke_elevations(&self) {
+        self.inner.revoke_elevations();
+    }
+
     /// Starts running `tool` with `caps` on a pool thread and returns at once.
     ///
     /// Returns the error when the request cannot be converted (nothing ran); otherwise
@@ -150,7 +209,21 @@ impl NativeSandbox {
         flags: u32,
         cancel: Option<&NativeCancel>,
         callback: Function<'_, EventArgs, ()>,
+        policy: Option<NativeRunPolicy>,
     ) -> napi::Result<Option<NativeError>> {
+        let policy = policy.unwrap_or(NativeRunPolicy {
+            tier: None,
+            risk: None,
+        });
+        let risk = match policy
+            .risk
+            .as_deref()
+            .map(str::parse::<strata::policy::Risk>)
+            .transpose()
+        {
+            Ok(risk) => risk,
+            Err(e) => return Ok(Some((&e).into())),
+        };
         let tool = match env.from_js_value::<NodeTool, _>(tool) {
             Ok(tool) => tool.0,
             Err(e) => return Ok(Some((&convert::invalid_argument("tool", &e)).into())),
@@ -182,6 +255,8 @@ impl NativeSandbox {
         let ctx = RunContext {
             cancel: cancel.map(|c| c.token.clone()).unwrap_or_default(),
             sink,
+            tier: policy.tier,
+            risk,
             ..RunContext::default()
         };
         let check = flags & RUN_CHECK != 0;
