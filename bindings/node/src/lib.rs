@@ -19,7 +19,7 @@
 
 mod convert;
 mod deliver;
-mod policy;
+pub mod policy;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
@@ -201,6 +201,7 @@ impl NativeSandbox {
     /// asks for ([`RUN_STDOUT`], [`RUN_STDERR`]), as `Buffer`s, and then exactly one
     /// `(2, error, exitCode, ...)`, whose arguments are listed at `DoneArgs` (convert.rs).
     #[napi]
+    #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         env: Env,
