@@ -5,7 +5,8 @@
 //! capabilities, cgroups and rlimits. The sandbox is built by the `strata-helper` binary
 //! (whose entry point is [`helper_main`]), so the embedding process (often a
 //! multi-threaded Python or Node runtime) is never forked. [`IdRange`] is the block of host
-//! ids tools run as when the embedder is root.
+//! ids tools run as when the embedder is root. [`Workspace`] is the transactional
+//! workspace: a staged copy of a read-write grant whose diff the caller commits or discards.
 //!
 //! The container backend (the `sandbox-container` crate) runs on this sandbox through
 //! [`backend_api`], a hidden module that is not a stable API. Everything else is private;
@@ -33,9 +34,11 @@ mod seccomp;
 mod seccomp_table;
 mod supervise;
 mod sys;
+pub mod workspace;
 
 pub use egress_host::{EgressHost, RunEgress};
 pub use helper::main as helper_main;
 pub use identity::IdRange;
 pub use pool::{PoolSize, PoolStats};
 pub use process::{find_helper, ProcessBackend, HELPER_NAME};
+pub use workspace::Workspace;
