@@ -486,6 +486,13 @@ impl Sandbox {
         self.grants().revoke_all();
     }
 
+    /// Records a policy event (an agent message accepted or refused, a decision of the
+    /// embedder's own) in this sandbox's audit log, `fsync`ed before this returns; without
+    /// a log the event is only traced (target `strata::audit`).
+    pub fn audit(&self, event: AuditEvent) -> Result<()> {
+        self.audit_policy(event)
+    }
+
     fn grants(&self) -> std::sync::MutexGuard<'_, GrantBook> {
         match self.inner.grants.lock() {
             Ok(book) => book,

@@ -16,6 +16,7 @@
 mod convert;
 mod errors;
 mod logging;
+mod messages;
 mod policy;
 mod result;
 mod sandbox;
@@ -37,6 +38,10 @@ fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sandbox::PyRunHandle>()?;
     m.add_function(wrap_pyfunction!(policy::tier_preset, m)?)?;
     m.add_function(wrap_pyfunction!(policy::verify_audit, m)?)?;
+    m.add_class::<messages::PyAgentDirectory>()?;
+    m.add_class::<messages::PyMessageVerifier>()?;
+    m.add_function(wrap_pyfunction!(messages::generate_agent_key, m)?)?;
+    m.add_function(wrap_pyfunction!(messages::agent_public_key, m)?)?;
     logging::install(m.py())?;
     Ok(())
 }

@@ -43,7 +43,7 @@ use crate::types::{PyCaps, PyTool};
 /// leaving.
 #[pyclass(frozen, subclass, module = "strata._strata", name = "Sandbox")]
 pub struct PySandbox {
-    sandbox: Sandbox,
+    pub(crate) sandbox: Sandbox,
     backend: String,
     strict: bool,
     helper: Option<PathBuf>,

@@ -4,10 +4,16 @@
 //!
 //! - [`tier`]: named presets of what a run may ask for (`high`, `medium`, `low`, or the
 //!   embedder's own); [`Tier::check`] lists the [`Need`]s a request has beyond its tier.
-//! - [`route`]: picks the backend from the tool and a declared [`Risk`], never falling to a
+//! - [`mod@route`]: picks the backend from the tool and a declared [`Risk`], never falling to a
 //!   weaker boundary unless the caller allowed it; the [`Route`] goes in the receipt.
 //! - [`elevation`]: escape hatches. An [`Approver`] may grant needs beyond the tier, scoped
 //!   to named capabilities, expiring by time and by number of runs ([`GrantBook`]).
+//! - [`message`]: agents with keys, messages signed over every field (HMAC-SHA256 with
+//!   per-pair keys, or Ed25519), a timestamp window, a replay cache, and trust ranks that
+//!   decide who may message and delegate to whom.
+//! - [`toolcall`]: the narrowest caps for one tool call, from the tool's JSON schema and the
+//!   call's arguments.
+//! - [`workspace`]: the diff of a transactional workspace and which of it may be committed.
 //!
 //! Capabilities are named by short strings, the same in refusals, approval requests, grants
 //! and the audit log: `read:PATH`, `write:PATH`, `net:allow`, `net:host`, `program:NAME`,
@@ -25,3 +31,4 @@ pub use elevation::{
 };
 pub use route::{route, BackendOffer, Risk, Route, RoutePolicy};
 pub use tier::{Need, NetScope, PathScope, ProgramScope, Tier};
+pub use toolcall::{derive_caps, derive_for_tier, Annotation, ArgumentCap, Derived};

@@ -26,6 +26,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
 from strata import _strata
 from strata._strata import (
+    AgentDirectory,
     BackendUnavailableError,
     CancelledError,
     Caps,
@@ -34,6 +35,7 @@ from strata._strata import (
     InternalError,
     InvalidRequestError,
     LimitExceededError,
+    MessageVerifier,
     Receipt,
     RunHandle,
     RunResult,
@@ -44,11 +46,14 @@ from strata._strata import (
     ToolFailedError,
     UnenforceableError,
     __version__,
+    agent_public_key,
+    generate_agent_key,
     tier_preset,
     verify_audit,
 )
 
 __all__ = [
+    "AgentDirectory",
     "BackendUnavailableError",
     "CancelledError",
     "Caps",
@@ -57,6 +62,7 @@ __all__ = [
     "InternalError",
     "InvalidRequestError",
     "LimitExceededError",
+    "MessageVerifier",
     "Receipt",
     "RunHandle",
     "RunResult",
@@ -68,8 +74,10 @@ __all__ = [
     "ToolFailedError",
     "UnenforceableError",
     "__version__",
+    "agent_public_key",
     "bundled_helper",
     "doctor",
+    "generate_agent_key",
     "tier_preset",
     "verify_audit",
 ]

@@ -39,6 +39,10 @@ __all__ = [
     "RunHandle",
     "tier_preset",
     "verify_audit",
+    "AgentDirectory",
+    "MessageVerifier",
+    "generate_agent_key",
+    "agent_public_key",
 ]
 
 __version__: str
@@ -442,3 +446,40 @@ class Sandbox:
 
 def tier_preset(name: str, home: Optional[_Path] = None) -> Dict[str, Any]: ...
 def verify_audit(path: _Path, head: Optional[str] = None) -> Dict[str, Any]: ...
+def generate_agent_key() -> str: ...
+def agent_public_key(key: str) -> str: ...
+
+@final
+class AgentDirectory:
+    """The agents one party knows: names, tiers, keys, and whom each may message."""
+
+    def __new__(cls) -> Self: ...
+    def define_tier(self, name: str, rank: int) -> None: ...
+    def add(
+        self,
+        name: str,
+        tier: str,
+        *,
+        key: Optional[str] = None,
+        public_key: Optional[str] = None,
+        may_message: Optional[Sequence[str]] = None,
+    ) -> None: ...
+    def sign(
+        self,
+        sender: str,
+        to: str,
+        kind: str,
+        body: Any,
+        *,
+        tier: Optional[str] = None,
+        scheme: Literal["ed25519", "hmac-sha256"] = "ed25519",
+    ) -> str: ...
+    def verifier(
+        self, me: str, *, window: float = 30.0, audit: Optional[Sandbox] = None
+    ) -> MessageVerifier: ...
+
+@final
+class MessageVerifier:
+    """Checks messages addressed to one agent (signature, window, replay, trust rules)."""
+
+    def verify(self, signed: Union[str, Mapping[str, Any]]) -> Dict[str, Any]: ...
