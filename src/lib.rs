@@ -54,7 +54,9 @@ pub use sandbox_core::{
 #[cfg(feature = "container")]
 pub use sandbox_container::ContainerBackend;
 #[cfg(feature = "process")]
-pub use sandbox_os::{find_helper, IdRange, PoolSize, PoolStats, ProcessBackend, HELPER_NAME};
+pub use sandbox_os::{
+    find_helper, IdRange, PoolSize, PoolStats, ProcessBackend, Workspace, HELPER_NAME,
+};
 pub use sandbox_vm::MicrovmBackend;
 /// The wasm backend crate (its configuration, layering, interpreter locations).
 #[cfg(feature = "wasm")]

