@@ -21,6 +21,7 @@ mod policy;
 mod result;
 mod sandbox;
 mod types;
+mod workspace;
 
 use pyo3::prelude::*;
 
@@ -42,6 +43,8 @@ fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<messages::PyMessageVerifier>()?;
     m.add_function(wrap_pyfunction!(messages::generate_agent_key, m)?)?;
     m.add_function(wrap_pyfunction!(messages::agent_public_key, m)?)?;
+    m.add_class::<workspace::PyWorkspace>()?;
+    m.add_function(wrap_pyfunction!(workspace::caps_for_call, m)?)?;
     logging::install(m.py())?;
     Ok(())
 }

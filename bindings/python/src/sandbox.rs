@@ -469,6 +469,43 @@ impl PySandbox {
         )
     }
 
+    /// Runs `tool` with `caps` plus `workspace`'s staging copy mounted read-write at `at`
+    /// (default: the workspace's source path): the tool sees the source's files, and its
+    /// writes stay in the copy until `workspace.commit()`. The tier sees a read of the
+    /// source. Otherwise as `run`.
+    #[pyo3(signature = (
+        workspace, tool, caps = None, *, at = None, tier = None, risk = None, on_stdout = None,
+        on_stderr = None, text = true
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_in_workspace(
+        &self,
+        py: Python<'_>,
+        workspace: &Bound<'_, crate::workspace::PyWorkspace>,
+        tool: &Bound<'_, PyAny>,
+        caps: Option<&Bound<'_, PyAny>>,
+        at: Option<PathBuf>,
+        tier: Option<String>,
+        risk: Option<String>,
+        on_stdout: Option<Py<PyAny>>,
+        on_stderr: Option<Py<PyAny>>,
+        text: bool,
+    ) -> PyResult<PyRunResult> {
+        let workspace = workspace.get();
+        self.run_blocking(
+            py,
+            tool,
+            caps,
+            on_stdout,
+            on_stderr,
+            text,
+            RunPolicy { tier, risk },
+            |sandbox, tool, caps, ctx| {
+                workspace.staged(|ws| sandbox.run_in_workspace(ws, at.as_deref(), tool, caps, ctx))
+            },
+        )
+    }
+
     /// Revokes every elevation the approver granted so far; later runs beyond their tier
     /// ask again.
     fn revoke_elevations(&self) {

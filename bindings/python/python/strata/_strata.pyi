@@ -43,6 +43,8 @@ __all__ = [
     "MessageVerifier",
     "generate_agent_key",
     "agent_public_key",
+    "Workspace",
+    "caps_for_call",
 ]
 
 __version__: str
@@ -430,6 +432,19 @@ class Sandbox:
         tier: Optional[str] = None,
         risk: Optional[str] = None,
     ) -> RunHandle: ...
+    def run_in_workspace(
+        self,
+        workspace: Workspace,
+        tool: _ToolLike,
+        caps: _CapsLike = None,
+        *,
+        at: Optional[_Path] = None,
+        tier: Optional[str] = None,
+        risk: Optional[_Risk] = None,
+        on_stdout: Optional[_Callback] = None,
+        on_stderr: Optional[_Callback] = None,
+        text: bool = True,
+    ) -> RunResult: ...
     def revoke_elevations(self) -> None: ...
     def doctor(self) -> DoctorReport: ...
     def close(self) -> None: ...
@@ -483,3 +498,34 @@ class MessageVerifier:
     """Checks messages addressed to one agent (signature, window, replay, trust rules)."""
 
     def verify(self, signed: Union[str, Mapping[str, Any]]) -> Dict[str, Any]: ...
+
+@final
+class Workspace:
+    """A transactional copy of a host directory: runs write to the copy, commit applies."""
+
+    def __new__(cls, source: _Path, *, limit: Optional[_Size] = None) -> Self: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    def diff(self) -> Dict[str, Any]: ...
+    def commit(
+        self,
+        paths: Optional[Sequence[_Path]] = None,
+        *,
+        accept: Optional[Sequence[_Path]] = None,
+        all_or_nothing: bool = False,
+        sandbox: Optional[Sandbox] = None,
+    ) -> Dict[str, Any]: ...
+    def discard(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+def caps_for_call(
+    schema: Mapping[str, Any],
+    arguments: Any,
+    base: _CapsLike = None,
+    *,
+    tier: Optional[str] = None,
+    program: Optional[str] = None,
+) -> Tuple[Caps, List[Dict[str, Any]]]: ...
