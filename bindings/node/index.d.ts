@@ -156,9 +156,107 @@ export class Sandbox {
    * {@link CancelledError}, {@link InternalError}.
    */
   run(tool: ToolInput, caps?: Caps | null, options?: RunOptions): Promise<RunResult>
+  /**
+   * Runs `tool` with `caps` plus `workspace`'s staging copy mounted read-write at
+   * `options.at` (default: the workspace's source path): the tool sees the source's files
+   * and its writes stay in the copy until {@link Workspace.commit}. The tier sees a read of
+   * the source. Otherwise as {@link Sandbox.run}.
+   */
+  runInWorkspace(workspace: Workspace, tool: ToolInput, caps?: Caps | null, options?: RunOptions & { at?: string }): Promise<RunResult>
   /** Revokes every elevation the approver granted so far. */
   revokeElevations(): void
 }
+
+/** A new agent secret (32 random bytes, hex). Keep it secret; share only {@link agentPublicKey}. */
+export declare function generateAgentKey(): string
+/** The Ed25519 public key (hex) of an agent secret. */
+export declare function agentPublicKey(key: string): string
+
+/** A message as a verifier returns it. */
+export interface VerifiedMessage {
+  from: string
+  to: string
+  kind: string
+  /** The payload as text (JSON text for structured bodies). */
+  body: string
+  timestamp_ms: number
+  nonce: string
+  delegated_tier?: string
+  scheme: 'ed25519' | 'hmac-sha256'
+  sender_tier: string
+  /** For `delegate` messages: the tier the task runs under (never above the delegate's nor the delegator's). */
+  delegation: { delegator: string; delegate: string; tier: string; rank: number } | null
+}
+
+/**
+ * The agents one party knows: names, tiers (`low` 0, `medium` 1, `high` 2, or defined with
+ * {@link AgentDirectory.defineTier}), keys, and whom each may message. Messages are signed
+ * over every field (Ed25519, or HMAC-SHA256 with a per-pair key).
+ */
+export declare class AgentDirectory {
+  constructor()
+  defineTier(name: string, rank: number): void
+  /** Adds an agent with its secret `key` (to sign, or verify HMAC) or only its `publicKey` (to verify Ed25519). */
+  add(name: string, tier: string, options?: { key?: string; publicKey?: string; mayMessage?: string[] }): void
+  /** Signs a message and returns it as JSON text; `delegate` messages need `tier`. */
+  sign(sender: string, to: string, kind: string, body: unknown, options?: { tier?: string; scheme?: 'ed25519' | 'hmac-sha256' }): string
+  /** A verifier of messages addressed to `me`: timestamps within `windowMs` (default 30 000), each nonce once; with `audit`, every outcome is in that sandbox's audit log. */
+  verifier(me: string, options?: { windowMs?: number; audit?: Sandbox }): MessageVerifier
+}
+
+/** Checks messages addressed to one agent. */
+export declare class MessageVerifier {
+  private constructor()
+  /** @throws {DeniedError} naming why (bad signature, replayed, stale, from the future, wrong recipient, unknown agent, not permitted). */
+  verify(signed: string | object): VerifiedMessage
+}
+
+/** One change of a {@link Workspace}. */
+export interface WorkspaceChange {
+  path: string
+  kind: 'added' | 'changed' | 'deleted'
+  entry: unknown
+  size: number
+  mode: number
+  /** Why the change needs the caller's explicit acceptance (host-executed path, symlink, set-id bit) or can never be committed (device). */
+  flags: unknown[]
+}
+
+/**
+ * A transactional copy of a host directory: runs write to the copy
+ * ({@link Sandbox.runInWorkspace}), {@link Workspace.diff} shows what changed, and
+ * {@link Workspace.commit} applies all or part of it, never following a symlink out of the
+ * source. `limit` (bytes or `'64M'`; default 64 MiB) caps what a diff may add.
+ */
+export declare class Workspace {
+  constructor(source: string, options?: { limit?: number | string })
+  readonly source: string
+  /** The staging copy. */
+  readonly path: string
+  diff(): { changes: WorkspaceChange[]; upper_bytes: number; limit: number; over_limit: boolean }
+  /** Flagged changes commit only when their path is in `accept`; with `sandbox` the outcome is audited there. */
+  commit(options?: { paths?: string[]; accept?: string[]; allOrNothing?: boolean; sandbox?: Sandbox }): {
+    applied: string[]
+    refused: { path: string; reason: unknown }[]
+    dropped_bits: string[]
+    unselected: string[]
+  }
+  /** Removes the staging copy (idempotent). */
+  discard(): void
+}
+
+/**
+ * The narrowest caps for one tool call: properties of the tool's JSON schema annotated
+ * `"x-strata": "read-path" | "write-path" | "host" | "url"` turn the call's arguments into
+ * exactly those mounts and allowlist entries, added to `base`. With `tier`, an argument
+ * beyond it throws {@link DeniedError} naming the argument.
+ */
+export declare function capsForCall(
+  schema: object,
+  args: unknown,
+  base?: Caps | null,
+  options?: { tier?: 'low' | 'medium' | 'high'; program?: string },
+): { caps: Caps; arguments: { pointer: string; annotation: string; capability: string; target: string }[] }
 
 /** Checks an audit log's hash chain; throws {@link InvalidRequestError} naming the first altered, removed or reordered record. */
 export declare function verifyAudit(path: string, options?: { head?: string }): { records: number; head: string }

@@ -121,6 +121,17 @@ const SANDBOX_OPTIONS = new Set([
   'allowWeaker',
 ])
 const RUN_OPTIONS = new Set(['signal', 'onStdout', 'onStderr', 'check', 'tier', 'risk'])
+const WORKSPACE_RUN_OPTIONS = new Set([...RUN_OPTIONS, 'at'])
+/** The native object behind a public one (a module-private key). */
+const NATIVE = Symbol('native')
+
+/** `value` when it is not a native error, else throws it as its Error subclass. */
+function unwrap(value) {
+  if (value !== null && typeof value === 'object' && typeof value.code === 'string' && typeof value.message === 'string') {
+    throw fromNative(value)
+  }
+  return value
+}
 
 /** An approver's answer as the native side reads it. */
 function approvalJson(answer) {
@@ -309,10 +320,31 @@ class Sandbox {
   }
 
   run(tool, caps, options) {
+    return this.#start(tool, caps, options, RUN_OPTIONS, undefined)
+  }
+
+  /**
+   * Runs `tool` with `caps` plus `workspace`'s staging copy mounted read-write at
+   * `options.at` (default: the workspace's source path); writes stay in the copy until
+   * `workspace.commit()`. The tier sees a read of the source.
+   */
+  runInWorkspace(workspace, tool, caps, options) {
+    if (!(workspace instanceof Workspace)) {
+      return Promise.reject(new InvalidRequestError('workspace must be a Workspace'))
+    }
+    return this.#start(tool, caps, options, WORKSPACE_RUN_OPTIONS, workspace[NATIVE])
+  }
+
+  /** The native sandbox, for the policy helpers of this module. */
+  [NATIVE]() {
+    return this.#native
+  }
+
+  #start(tool, caps, options, allowed, workspace) {
     return new Promise((resolve, reject) => {
       let opts
       try {
-        opts = checkKeys(options, RUN_OPTIONS, 'run option')
+        opts = checkKeys(options, allowed, 'run option')
       } catch (error) {
         reject(error)
         return
@@ -324,7 +356,8 @@ class Sandbox {
         (signal != null && typeof signal.addEventListener !== 'function' && 'signal must be an AbortSignal') ||
         (opts.check !== undefined && typeof opts.check !== 'boolean' && 'check must be a boolean') ||
         (opts.tier !== undefined && typeof opts.tier !== 'string' && 'tier must be a string') ||
-        (opts.risk !== undefined && typeof opts.risk !== 'string' && 'risk must be a string')
+        (opts.risk !== undefined && typeof opts.risk !== 'string' && 'risk must be a string') ||
+        (opts.at !== undefined && typeof opts.at !== 'string' && 'at must be a path string')
       if (bad) {
         reject(new InvalidRequestError(bad))
         return
@@ -374,7 +407,10 @@ class Sandbox {
             (opts.check === true ? RUN_CHECK : 0),
           cancel,
           onEvent,
-          opts.tier === undefined && opts.risk === undefined ? undefined : { tier: opts.tier, risk: opts.risk },
+          opts.tier === undefined && opts.risk === undefined && opts.at === undefined
+            ? undefined
+            : { tier: opts.tier, risk: opts.risk, at: opts.at },
+          workspace,
         )
       } catch (error) {
         if (unwatch) unwatch()
@@ -393,6 +429,107 @@ class Sandbox {
 function doctor(options) {
   const opts = checkKeys(options, new Set(['helper']), 'doctor option')
   return JSON.parse(native.doctor(opts.helper ?? defaultHelper()))
+}
+
+/** A new agent secret (hex). Keep it secret; share only `agentPublicKey(key)`. */
+function generateAgentKey() {
+  return unwrap(native.generateAgentKey())
+}
+
+/** The Ed25519 public key (hex) of an agent secret. */
+function agentPublicKey(key) {
+  if (typeof key !== 'string') throw new InvalidRequestError('key must be a hex string')
+  return unwrap(native.agentPublicKey(key))
+}
+
+/** The agents one party knows: names, tiers, keys, and whom each may message. See index.d.ts. */
+class AgentDirectory {
+  #native = new native.NativeDirectory()
+
+  defineTier(name, rank) {
+    unwrap(this.#native.defineTier(String(name), rank) ?? null)
+  }
+
+  add(name, tier, options) {
+    const opts = checkKeys(options, new Set(['key', 'publicKey', 'mayMessage']), 'agent option')
+    unwrap(this.#native.add(String(name), String(tier), opts) ?? null)
+  }
+
+  sign(sender, to, kind, body, options) {
+    const opts = checkKeys(options, new Set(['tier', 'scheme']), 'sign option')
+    const text = typeof body === 'string' ? body : JSON.stringify(body)
+    return unwrap(this.#native.sign(String(sender), String(to), String(kind), text, opts.tier, opts.scheme))
+  }
+
+  verifier(me, options) {
+    const opts = checkKeys(options, new Set(['windowMs', 'audit']), 'verifier option')
+    if (opts.audit !== undefined && !(opts.audit instanceof Sandbox)) {
+      throw new InvalidRequestError('audit must be a Sandbox')
+    }
+    return new MessageVerifier(unwrap(this.#native.verifier(String(me), opts.windowMs)), opts.audit)
+  }
+}
+
+/** Checks messages addressed to one agent. Made by `AgentDirectory.verifier`. */
+class MessageVerifier {
+  #native
+  #audit
+
+  constructor(verifier, audit) {
+    if (!(verifier instanceof native.NativeVerifier)) throw new TypeError('use AgentDirectory.verifier()')
+    this.#native = verifier
+    this.#audit = audit
+  }
+
+  verify(signed) {
+    const text = typeof signed === 'string' ? signed : JSON.stringify(signed)
+    return JSON.parse(unwrap(this.#native.verify(text, this.#audit?.[NATIVE]())))
+  }
+}
+
+/** A transactional copy of a host directory. See index.d.ts. */
+class Workspace {
+  #native
+
+  constructor(source, options) {
+    const opts = checkKeys(options, new Set(['limit']), 'Workspace option')
+    if (typeof source !== 'string') throw new InvalidRequestError('source must be a path string')
+    this.#native = unwrap(native.stageWorkspace(source, opts.limit))
+  }
+
+  get [NATIVE]() {
+    return this.#native
+  }
+
+  get source() {
+    return this.#native.source
+  }
+
+  get path() {
+    return unwrap(this.#native.path())
+  }
+
+  diff() {
+    return JSON.parse(unwrap(this.#native.diff()))
+  }
+
+  commit(options) {
+    const opts = checkKeys(options, new Set(['paths', 'accept', 'allOrNothing', 'sandbox']), 'commit option')
+    if (opts.sandbox !== undefined && !(opts.sandbox instanceof Sandbox)) {
+      throw new InvalidRequestError('sandbox must be a Sandbox')
+    }
+    return JSON.parse(unwrap(this.#native.commit(opts.paths, opts.accept, opts.allOrNothing, opts.sandbox?.[NATIVE]())))
+  }
+
+  discard() {
+    unwrap(this.#native.discard() ?? null)
+  }
+}
+
+/** The narrowest caps for one tool call, from the tool's JSON schema. See index.d.ts. */
+function capsForCall(schema, args, base, options) {
+  const opts = checkKeys(options, new Set(['tier', 'program']), 'capsForCall option')
+  return JSON.parse(unwrap(native.capsForCall(JSON.stringify(schema), JSON.stringify(args ?? {}), base ?? null, opts.tier, opts.program)))
 }
 
 /** Checks an audit log's hash chain: `{ records, head }`, or throws naming the first bad record. */
@@ -421,6 +558,12 @@ module.exports = {
   doctor,
   verifyAudit,
   tierPreset,
+  AgentDirectory,
+  MessageVerifier,
+  Workspace,
+  generateAgentKey,
+  agentPublicKey,
+  capsForCall,
   version,
   helperPath,
   StrataError,

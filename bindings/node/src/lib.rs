@@ -17,9 +17,11 @@
 
 #![deny(missing_docs)]
 
+pub mod agents;
 mod convert;
 mod deliver;
 pub mod policy;
+pub mod workspace;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
@@ -68,13 +70,15 @@ pub struct NativeRunPolicy {
     /// `compute`, `files`, `build` or `untrusted`: with backend `auto` the backend is chosen
     /// from it.
     pub risk: Option<String>,
+    /// With a workspace: where the tool sees it (default: the workspace's source path).
+    pub at: Option<String>,
 }
 
 /// A sandbox handle: the backend choice and strictness, with backends created on first use
 /// and reused. Made by [`create_sandbox`].
 #[napi]
 pub struct NativeSandbox {
-    inner: Sandbox,
+    pub(crate) inner: Sandbox,
 }
 
 /// Builds a sandbox, or returns why not (an unknown or not compiled-in backend, a bad
@@ -211,11 +215,14 @@ impl NativeSandbox {
         cancel: Option<&NativeCancel>,
         callback: Function<'_, EventArgs, ()>,
         policy: Option<NativeRunPolicy>,
+        workspace: Option<&workspace::NativeWorkspace>,
     ) -> napi::Result<Option<NativeError>> {
         let policy = policy.unwrap_or(NativeRunPolicy {
             tier: None,
             risk: None,
+            at: None,
         });
+        let staged = workspace.map(|w| (Arc::clone(&w.shared), policy.at.clone()));
         let risk = match policy
             .risk
             .as_deref()
@@ -267,7 +274,13 @@ impl NativeSandbox {
             // loop), or the event loop would wait for it forever.
             let finished = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 let start = Instant::now();
-                let result = sandbox.run_with(&tool, &caps, &ctx);
+                let result = match &staged {
+                    Some((shared, at)) => workspace::with(shared, |ws| {
+                        let at = at.as_deref().map(std::path::Path::new);
+                        sandbox.run_in_workspace(ws, at, &tool, &caps, &ctx)
+                    }),
+                    None => sandbox.run_with(&tool, &caps, &ctx),
+                };
                 Finished::new(result, start.elapsed(), check)
             }))
             .unwrap_or_else(|_| {
