@@ -346,3 +346,29 @@ fn planted_git_hook_in_a_transactional_workspace_is_refused_by_commit_all() {
     ws.discard().expect("discard");
     assert_eq!(policy_decisions(&log), ["workspace:committed_in_part"]);
 }
+
+#[allow(dead_code)]
+#[path = "../examples/two_agents.rs"]
+mod two_agents;
+
+#[test]
+fn two_agent_example_delegates_approves_commits_and_audits() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let said = two_agents::two_agents(Path::new(helper()), work.path()).expect("the example runs");
+    let text = said.join("\n");
+    for expected in [
+        "coder accepted \"fix add() in calc.py\" from planner (ed25519), to run under tier low",
+        "a replay of it was refused",
+        "the fix ran on process",
+        "tier in the receipt: low",
+        "approved run: would pip install here (grant 1)",
+        "a second network run was refused",
+        "commit refused .git/hooks/post-checkout",
+        "calc.py now: return a + b",
+        "hook on the host: false",
+        "planner got: fixed add()",
+        "audit log intact: ",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
