@@ -27,6 +27,30 @@ def test_agent_example_runs() -> None:
     assert "== receipt of the first run\nbackend: process" in out
 
 
+def test_two_agent_example_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "python" / "two_agents.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for expected in [
+        "coder accepted 'fix add() in calc.py' from planner, to run under tier low",
+        "a replay of it was refused",
+        "the fix ran on process",
+        "approved run: would pip install here (grant 1)",
+        "a second network run was refused",
+        "commit refused .git/hooks/post-checkout",
+        "calc.py now: return a + b",
+        "hook on the host: False",
+        "planner got: {'fixed': 'add'}",
+        "audit log intact:",
+    ]:
+        assert expected in out, out
+
+
 def _mypy(*args: str) -> subprocess.CompletedProcess:
     pytest.importorskip("mypy", reason="mypy is a test dependency")
     return subprocess.run(
@@ -42,5 +66,11 @@ def test_stubs_match_the_native_module() -> None:
 
 
 def test_typed_client_code_checks_strictly() -> None:
-    proc = _mypy("mypy", "--strict", str(EXAMPLE), str(PACKAGE_DIR / "tests" / "typing_client.py"))
+    proc = _mypy(
+        "mypy",
+        "--strict",
+        str(EXAMPLE),
+        str(ROOT / "examples" / "python" / "two_agents.py"),
+        str(PACKAGE_DIR / "tests" / "typing_client.py"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
