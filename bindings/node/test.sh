@@ -34,8 +34,15 @@ ai_version="$(node -p "require('./node_modules/ai/package.json').version")"
   npm init -y >/dev/null
   npm install --no-audit --no-fund --foreground-scripts "$here" "ai@$ai_version"
   node -e "const s = require('strata-sandbox'); new s.Sandbox(); console.log('require(\"strata-sandbox\") ok, version', s.version)"
-  cp "$root/examples/node/agent.mjs" .
+  cp "$root/examples/node/agent.mjs" "$root/examples/node/two_agents.mjs" .
   node agent.mjs
+  node two_agents.mjs | tee two_agents.out
+  for expected in "to run under tier low" "a replay of it was refused" "the fix ran on process" \
+    "approved run: would pip install here (grant 1)" "a second network run was refused" \
+    "commit refused .git/hooks/post-checkout" "calc.py now: return a + b" "hook on the host: false" \
+    'planner got: {"fixed":"add"}' "audit log intact:"; do
+    grep -qF "$expected" two_agents.out || { echo "two_agents.mjs: missing: $expected" >&2; exit 1; }
+  done
 )
 
 step "node --test"
