@@ -1094,3 +1094,59 @@ fn declared_risk_is_routed_and_a_weaker_fixed_backend_is_refused() {
     let out = strata(&["run", "--risk", "reckless", "--", "/bin/true"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
+
+/// `strata run --approve-interactive` on a pseudo-terminal whose keyboard types `answer`.
+fn interactive_approval(dir: &Path, answer: &str) -> (Option<i32>, String) {
+    use std::io::{Read, Write};
+    let ws = dir.to_str().expect("utf-8");
+    let write = format!("echo ok > {ws}/out");
+    let args = [
+        "run",
+        "--tier",
+        "low",
+        "--rw",
+        ws,
+        "--approve-interactive",
+        "--",
+        "/bin/sh",
+        "-c",
+        &write,
+    ];
+    let command: Vec<String> = std::iter::once(exe())
+        .chain(args.iter().copied())
+        .map(shell_quote)
+        .collect();
+    let mut child = Command::new("script")
+        .args(["-qec", &command.join(" "), "/dev/null"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the terminal tests need script(1) from util-linux");
+    let mut keyboard = child.stdin.take().expect("stdin");
+    keyboard.write_all(answer.as_bytes()).expect("type");
+    let mut screen = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut seen = String::new();
+        let _ = screen.read_to_string(&mut seen);
+        seen
+    });
+    let status = child.wait().expect("wait");
+    drop(keyboard);
+    (status.code(), reader.join().expect("reader"))
+}
+
+#[test]
+fn approve_interactive_asks_on_the_terminal_and_only_yes_grants() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, screen) = interactive_approval(dir.path(), "n\n");
+    assert_ne!(code, Some(0), "{screen}");
+    assert!(screen.contains("asks to run /bin/sh with:"), "{screen}");
+    assert!(screen.contains("write:"), "{screen}");
+    assert!(screen.contains("refused on the terminal"), "{screen}");
+    assert!(!dir.path().join("out").exists());
+    let (code, screen) = interactive_approval(dir.path(), "y\n");
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(dir.path().join("out").exists(), "{screen}");
+}
