@@ -36,13 +36,6 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// The whole workflow in `work` (a scratch directory); returns what happened, line by line.
 pub fn two_agents(helper: &Path, work: &Path) -> Result<Vec<String>, Box<dyn Error>> {
     let mut said = Vec::new();
@@ -61,7 +54,13 @@ pub fn two_agents(helper: &Path, work: &Path) -> Result<Vec<String>, Box<dyn Err
     directory.add(Agent::ranked("coder", "low", 0).with_key(coder_key))?;
 
     // 1. A signed delegation: run the fix under tier low.
-    let task = Message::delegate("planner", "coder", "fix add() in calc.py", "low", now_ms())?;
+    let task = Message::delegate(
+        "planner",
+        "coder",
+        "fix add() in calc.py",
+        "low",
+        strata::unix_time_ms(),
+    )?;
     let signed = directory.sign(task, Scheme::Ed25519)?.to_json()?;
     let sandbox = Sandbox::builder()
         .helper(helper)
@@ -83,7 +82,7 @@ pub fn two_agents(helper: &Path, work: &Path) -> Result<Vec<String>, Box<dyn Err
         .build()?;
     let mut coder = Verifier::new(directory.clone(), "coder")?;
     let received = SignedMessage::from_json(&signed)?;
-    let verified = coder.verify(&received, now_ms());
+    let verified = coder.verify(&received, strata::unix_time_ms());
     sandbox.audit(audit_event(&received, &verified))?;
     let verified = verified?;
     let tier = verified
@@ -96,7 +95,7 @@ pub fn two_agents(helper: &Path, work: &Path) -> Result<Vec<String>, Box<dyn Err
         verified.message().from,
         verified.scheme()
     ));
-    let replay = coder.verify(&received, now_ms());
+    let replay = coder.verify(&received, strata::unix_time_ms());
     sandbox.audit(audit_event(&received, &replay))?;
     if let Err(e) = replay {
         say(format!("a replay of it was refused: {e}"));
@@ -187,11 +186,11 @@ pub fn two_agents(helper: &Path, work: &Path) -> Result<Vec<String>, Box<dyn Err
         "planner",
         MessageKind::Result,
         "fixed add()",
-        now_ms(),
+        strata::unix_time_ms(),
     )?;
     let signed = directory.sign(done, Scheme::HmacSha256)?;
     let mut planner = Verifier::new(directory, "planner")?;
-    let verified = planner.verify(&signed, now_ms());
+    let verified = planner.verify(&signed, strata::unix_time_ms());
     sandbox.audit(audit_event(&signed, &verified))?;
     say(format!("planner got: {}", verified?.message().body));
     let verified = strata::audit::verify(std::io::BufReader::new(std::fs::File::open(&log)?))?;

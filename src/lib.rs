@@ -35,7 +35,7 @@
 
 mod sandbox;
 
-pub use sandbox::{doctor, BackendChoice, Sandbox, SandboxBuilder};
+pub use sandbox::{doctor, unix_time_ms, BackendChoice, Sandbox, SandboxBuilder};
 #[cfg(unix)]
 pub use sandbox_core::StdinSource;
 /// The names of every caps field in each dialect, and the generated JSON Schemas.

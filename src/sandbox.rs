@@ -463,11 +463,23 @@ impl Sandbox {
     /// `ctx.risk`, the router picks the backend. Every refusal and policy decision is in
     /// the audit log (when configured) before this returns.
     pub fn run_with(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+        self.run_audited(tool, caps, caps, ctx)
+    }
+
+    /// Admits and runs (see `admit_and_run`) with the sandbox's strictness, then records
+    /// the run or its refusal in the audit log.
+    fn run_audited(
+        &self,
+        tool: &Tool,
+        tier_caps: &Caps,
+        caps: &Caps,
+        ctx: &RunContext,
+    ) -> Result<RunOutput> {
         let mut ctx = ctx.clone();
         if self.inner.strictness == Strictness::BestEffort {
             ctx.strictness = Strictness::BestEffort;
         }
-        let result = self.admit_and_run(tool, caps, caps, &ctx);
+        let result = self.admit_and_run(tool, tier_caps, caps, &ctx);
         if let Some(audit) = &self.inner.audit {
             let event = AuditEvent::of_run(tool, &result, caps.agent.clone());
             let mut log = match audit.lock() {
@@ -547,21 +559,7 @@ impl Sandbox {
             guest,
             Access::ReadWrite,
         ));
-        let mut ctx = ctx.clone();
-        if self.inner.strictness == Strictness::BestEffort {
-            ctx.strictness = Strictness::BestEffort;
-        }
-        let result = self.admit_and_run(tool, &seen, &run, &ctx);
-        if let Some(audit) = &self.inner.audit {
-            let event = AuditEvent::of_run(tool, &result, caps.agent.clone());
-            let mut log = match audit.lock() {
-                Ok(log) => log,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            log.record(event)
-                .map_err(|e| Error::internal("writing the audit log", e))?;
-        }
-        result
+        self.run_audited(tool, &seen, &run, ctx)
     }
 
     /// Commits the `selection` of `workspace`'s changes to its source (see
@@ -619,10 +617,7 @@ impl Sandbox {
         let tier_name = ctx.tier.as_ref().or(self.inner.tier.as_ref());
         if let Some(name) = tier_name {
             let tier = self.inner.tiers.get(name)?;
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-                .unwrap_or(0);
+            let now_ms = unix_time_ms();
             let admission = {
                 let mut book = self.grants();
                 policy::admit(
@@ -750,6 +745,15 @@ impl Sandbox {
         guard.1 = true;
         result
     }
+}
+
+/// Milliseconds since the Unix epoch now: the `now_ms` the policy layer's pure functions
+/// take (grants, message windows). 0 if the clock is before 1970.
+pub fn unix_time_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// Probes this host once per backend: which backends and guarantees are available, and why

@@ -15,13 +15,6 @@ use strata::policy::message::{
 
 use crate::convert::NativeError;
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 fn native<T>(result: strata::Result<T>) -> Either<T, NativeError> {
     match result {
         Ok(value) => Either::A(value),
@@ -149,13 +142,15 @@ impl NativeDirectory {
             };
             let kind: MessageKind = kind.parse()?;
             let message = match (kind.is_delegate(), tier) {
-                (true, Some(tier)) => Message::delegate(sender, to, body, tier, now_ms())?,
+                (true, Some(tier)) => {
+                    Message::delegate(sender, to, body, tier, strata::unix_time_ms())?
+                }
                 (true, None) => {
                     return Err(strata::Error::invalid(
                         "a delegate message names the tier the task runs under (tier)",
                     ))
                 }
-                (false, _) => Message::new(sender, to, kind, body, now_ms())?,
+                (false, _) => Message::new(sender, to, kind, body, strata::unix_time_ms())?,
             };
             self.lock().sign(message, scheme)?.to_json()
         })();
@@ -202,7 +197,7 @@ impl NativeVerifier {
                 .inner
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .verify(&signed, now_ms());
+                .verify(&signed, strata::unix_time_ms());
             if let Some(sandbox) = audit {
                 sandbox.inner.audit(audit_event(&signed, &verified))?;
             }

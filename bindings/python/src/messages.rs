@@ -15,13 +15,6 @@ use crate::convert::{json_to_py, py_to_json};
 use crate::errors::IntoPyResult;
 use crate::sandbox::PySandbox;
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 /// Text of a message body: a `str` as is, anything else as JSON.
 fn body_text(obj: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(text) = obj.extract::<String>() {
@@ -137,11 +130,11 @@ impl PyAgentDirectory {
         let body = body_text(body)?;
         let kind: MessageKind = kind.parse().py_err(py)?;
         let message = match (kind.is_delegate(), tier) {
-            (true, Some(tier)) => Message::delegate(sender, to, body, tier, now_ms()),
+            (true, Some(tier)) => Message::delegate(sender, to, body, tier, strata::unix_time_ms()),
             (true, None) => Err(strata::Error::invalid(
                 "a delegate message names the tier the task runs under (tier=...)",
             )),
-            (false, _) => Message::new(sender, to, kind, body, now_ms()),
+            (false, _) => Message::new(sender, to, kind, body, strata::unix_time_ms()),
         }
         .py_err(py)?;
         self.lock()
@@ -206,7 +199,7 @@ impl PyMessageVerifier {
         let signed = SignedMessage::from_json(&text).py_err(py)?;
         let verified = {
             let mut verifier = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            verifier.verify(&signed, now_ms())
+            verifier.verify(&signed, strata::unix_time_ms())
         };
         if let Some(sandbox) = &self.audit {
             sandbox.audit(audit_event(&signed, &verified)).py_err(py)?;
