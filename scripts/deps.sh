@@ -24,7 +24,14 @@ read -r -a missing <<< "${missing[*]:-}"
 if [ "${#missing[@]}" -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "installing: ${missing[*]}"
+  echo "  apt-get update"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "  apt-get install (${#missing[@]} packages and their dependencies)"
+  # One line per package as it is unpacked and set up, instead of silence.
+  # (A process substitution, so a failing apt-get still fails this script.)
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" \
+    > >(grep --line-buffered -E '^(Unpacking|Setting up) ' || true)
+else
+  echo "all ${#pkgs[@]} packages present"
 fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }
