@@ -106,6 +106,7 @@ impl Backend for ContainerBackend {
             ));
         };
         caps.validate()?;
+        caps.refuse_root_mount("container")?;
         match container.runtime {
             ContainerRuntime::Native => {
                 let image = self.parsed.open(&container.image)?;

@@ -291,6 +291,13 @@ impl Caps {
     pub fn validate(&self) -> crate::Result<()> {
         crate::validate::caps(self)
     }
+
+    /// Refuses a mount at the guest root `/` (the process, container and microVM backends
+    /// own their root; only the wasm backend takes a root grant). `backend` names the
+    /// backend in the error.
+    pub fn refuse_root_mount(&self, backend: &str) -> crate::Result<()> {
+        crate::validate::no_root_mount(self, backend)
+    }
 }
 
 /// One host path granted to the sandbox.

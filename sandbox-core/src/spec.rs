@@ -94,6 +94,7 @@ impl RunSpec {
     /// or hold a symlink the grant does not follow.
     pub fn new<H: HostLookup + ?Sized>(caps: &Caps, host: &H) -> Result<RunSpec> {
         caps.validate()?;
+        caps.refuse_root_mount("process")?;
         let mut mounts = Vec::new();
         for mount in &caps.mounts {
             grant_mounts(mount, caps, host, &mut mounts)?;
@@ -264,6 +265,10 @@ mod tests {
         let mut zero = Caps::new();
         zero.limits.processes = 0;
         assert!(RunSpec::new(&zero, &TwoDirs).is_err());
+        // The wasm backend's root grant is not the process sandbox's: its root is its own.
+        let root = Caps::new().mount("/a", "/", crate::Access::ReadOnly);
+        let err = RunSpec::new(&root, &TwoDirs).expect_err("root grant");
+        assert!(err.to_string().contains("root cannot be a mount"), "{err}");
     }
 
     #[test]

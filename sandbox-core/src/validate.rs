@@ -11,17 +11,24 @@ use crate::tool::Tool;
 /// Guest paths the sandbox owns; a mount may not replace them.
 const RESERVED_GUEST_PATHS: [&str; 2] = ["/proc", "/dev"];
 
+/// Refuses a grant at the guest root `/` for `backend`, whose root is its own (a fresh root
+/// file system, an image, a guest disk). Only the wasm backend takes a root grant, as
+/// `wasmtime run --dir HOST::/` does.
+pub(crate) fn no_root_mount(caps: &Caps, backend: &str) -> Result<()> {
+    match caps.mounts.iter().find(|m| m.guest == Path::new("/")) {
+        Some(mount) => Err(Error::invalid(format!(
+            "mount {} -> /: the {backend} backend's root cannot be a mount; mount below it (only the wasm backend takes a root grant)",
+            mount.host.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn caps(caps: &Caps) -> Result<()> {
     let mut seen = HashSet::new();
     for mount in &caps.mounts {
         absolute_clean("mount host path", &mount.host)?;
         absolute_clean("mount guest path", &mount.guest)?;
-        if mount.guest == Path::new("/") {
-            return Err(Error::invalid(format!(
-                "mount {} -> /: the sandbox root cannot be a mount; mount below it",
-                mount.host.display()
-            )));
-        }
         for reserved in RESERVED_GUEST_PATHS {
             if mount.guest.starts_with(reserved) {
                 return Err(Error::invalid(format!(
@@ -313,10 +320,11 @@ mod tests {
             "/proc",
         );
         assert_invalid(&Caps::new().mount("/x", "/dev", Access::ReadWrite), "/dev");
-        assert_invalid(
-            &Caps::new().mount("/x", "/", Access::ReadOnly),
-            "sandbox root",
-        );
+        let root = Caps::new().mount("/x", "/", Access::ReadOnly);
+        root.validate()
+            .expect("a root grant is valid caps (the wasm backend takes it)");
+        let err = no_root_mount(&root, "process").expect_err("not for the process backend");
+        assert!(err.to_string().contains("root cannot be a mount"), "{err}");
         assert_invalid(
             &Caps::new()
                 .read_only("/a")

@@ -631,6 +631,7 @@ struct Plan {
 }
 
 fn plan(caps: &Caps, strictness: Strictness, layered: bool) -> Result<Plan> {
+    caps.refuse_root_mount("microvm")?;
     let mut gaps = Vec::new();
     let unenforceable =
         |guarantee: &str, reason: String, gaps: &mut Vec<(Capability, String)>, cap: Capability| {

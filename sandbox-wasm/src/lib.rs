@@ -6,7 +6,7 @@
 //!
 //! | caps | in this backend |
 //! |---|---|
-//! | `mounts` | WASI preopened directories at the guest paths; read-only mounts refuse every mutation. A mount must be a directory. Nothing else of the host is visible (no system directories: modules need none). |
+//! | `mounts` | WASI preopened directories at the guest paths; read-only mounts refuse every mutation. A mount must be a directory. A mount at the guest root `/` is a root preopen, as `wasmtime run --dir HOST::/` gives (relative paths resolve against it); the other backends refuse one. Nothing else of the host is visible (no system directories: modules need none). |
 //! | `env` | exactly the listed variables; the host environment is never inherited |
 //! | `net` | `none`: no sockets. `allow`: preview 2 `wasi:sockets` checked against the shared egress policy (the proxy's matcher): name lookups only for names a rule matches (others are never resolved), TCP connect only to an address a rule admits for that port, reached through a name the run resolved or as an IP literal (reserved ranges and the host's own addresses only by an explicit IP/CIDR rule); no listening, no UDP; connection and byte budgets; every decision in the receipt's `network` section. `host`: unrestricted WASI sockets, listed as a gap. |
 //! | `stdin` | the bytes given, then the context's stream ([`sandbox_core::StdinSource`]) read asynchronously with bounded buffering (at most [`sandbox_core::STDIN_BUFFER`] in flight), then end of file; a guest blocked on it is still cut by the deadline |

@@ -489,3 +489,30 @@ fn report_lists_engine_cache_and_interpreters() {
 }
 
 use sandbox_wasm::WasmBackend;
+
+#[test]
+fn root_grant_resolves_relative_and_absolute_paths_as_wasmtime_dir_host_root_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("notes.txt"), "at the root").expect("write");
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    std::fs::write(dir.path().join("sub/deep.txt"), "deeper").expect("write");
+    let caps = caps().mount(dir.path(), "/", Access::ReadOnly);
+    assert_eq!(
+        stdout(&run_probe(&["read", "notes.txt"], &caps)),
+        "OK read at the root\n"
+    );
+    assert_eq!(
+        stdout(&run_probe(&["read", "/sub/deep.txt"], &caps)),
+        "OK read deeper\n"
+    );
+    assert_eq!(
+        stdout(&run_probe(&["read", "sub/../notes.txt"], &caps)),
+        "OK read at the root\n"
+    );
+    // Read-only holds at the root too; nothing above the granted directory is reachable.
+    let out = run_probe(&["write", "new.txt", "x"], &caps);
+    assert!(stdout(&out).starts_with("ERR"), "{}", stdout(&out));
+    assert!(!dir.path().join("new.txt").exists());
+    let out = run_probe(&["read", "../../../../etc/hostname"], &caps);
+    assert!(stdout(&out).starts_with("ERR"), "{}", stdout(&out));
+}
