@@ -33,8 +33,10 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod profile;
 mod sandbox;
 
+pub use profile::Profile;
 pub use sandbox::{doctor, unix_time_ms, BackendChoice, Sandbox, SandboxBuilder};
 #[cfg(unix)]
 pub use sandbox_core::StdinSource;

@@ -153,6 +153,16 @@ pub struct RunArgs {
         "secret", "agent",
     ])]
     pub caps_file: Option<PathBuf>,
+    /// Read a profile (TOML, or JSON for *.json): its caps instead of the caps flags (which
+    /// are refused with it), and its backend (unless --backend names one), strictness, tier,
+    /// tiers and risk (unless --tier or --risk are given). See docs/policy.md.
+    #[arg(long = "profile", value_name = "FILE", conflicts_with_all = [
+        "caps_file", "read_only", "read_write", "read_only_follow", "read_write_follow",
+        "allow_host_executed_writes", "workdir", "env", "net", "timeout", "cpu_time", "memory",
+        "processes", "output", "disk", "egress_bytes", "egress_connections", "image", "runtime",
+        "secret", "agent",
+    ])]
+    pub profile: Option<PathBuf>,
     /// Append a record of the run (or its refusal) to this audit log: JSON lines, each with
     /// the hash of the one before (check it with `strata audit verify FILE`). A log that
     /// does not verify is refused before anything runs.
@@ -204,8 +214,10 @@ pub struct Request {
     pub result_file: Option<PathBuf>,
     /// The audit log (`--audit`).
     pub audit: Option<PathBuf>,
-    /// The tier (`--tier`).
+    /// The tier (`--tier`, else the profile's).
     pub tier: Option<String>,
+    /// Tiers the profile defines.
+    pub tiers: Vec<strata::policy::Tier>,
     /// The declared risk (`--risk`).
     pub risk: Option<strata::policy::Risk>,
     /// `--allow-weaker`.
@@ -272,7 +284,15 @@ fn seconds(flag: &str, value: f64) -> Result<Duration> {
 impl RunArgs {
     /// Validates the arguments and builds the request. Nothing runs here.
     pub fn into_request(self) -> Result<Request> {
-        let backend: BackendChoice = self.backend.parse()?;
+        let profile = self
+            .profile
+            .as_deref()
+            .map(strata::Profile::load)
+            .transpose()?;
+        let mut backend: BackendChoice = self.backend.parse()?;
+        if let (BackendChoice::Auto, Some(profile)) = (backend, &profile) {
+            backend = profile.backend;
+        }
         let microvm = backend == BackendChoice::Only(strata::BackendKind::Microvm);
         if self.runtime.is_some() && microvm {
             return Err(Error::invalid(
@@ -293,13 +313,14 @@ impl RunArgs {
                 }
             }
         }
-        let mut caps = match &self.caps_file {
-            Some(file) => {
+        let mut caps = match (&self.caps_file, &profile) {
+            (Some(file), _) => {
                 let text = std::fs::read_to_string(file)
                     .map_err(|e| Error::invalid(format!("--caps {}: {e}", file.display())))?;
                 Caps::from_json(&text)?
             }
-            None => Caps::new(),
+            (None, Some(profile)) => profile.caps.clone(),
+            (None, None) => Caps::new(),
         };
         let grants = [
             (&self.read_only, Access::ReadOnly, false),
@@ -331,7 +352,7 @@ impl RunArgs {
                 .ok_or_else(|| Error::invalid(format!("--env {pair:?}: expected KEY=VALUE")))?;
             caps = caps.env(key, value);
         }
-        if self.caps_file.is_none() {
+        if self.caps_file.is_none() && profile.is_none() {
             caps.net = self.net.parse::<Net>()?;
         }
         if let Some(t) = self.timeout {
@@ -402,10 +423,10 @@ impl RunArgs {
         tool.validate()?;
         Ok(Request {
             backend,
-            strictness: if self.best_effort {
-                Strictness::BestEffort
-            } else {
-                Strictness::Strict
+            strictness: match (self.best_effort, &profile) {
+                (true, _) => Strictness::BestEffort,
+                (false, Some(profile)) => profile.strictness,
+                (false, None) => Strictness::Strict,
             },
             tool,
             caps,
@@ -413,8 +434,14 @@ impl RunArgs {
             raw_output: self.raw_output,
             result_file: self.result_file,
             audit: self.audit,
-            tier: self.tier,
-            risk: self.risk.as_deref().map(str::parse).transpose()?,
+            tier: self
+                .tier
+                .or_else(|| profile.as_ref().and_then(|p| p.tier.clone())),
+            risk: match self.risk.as_deref() {
+                Some(risk) => Some(risk.parse()?),
+                None => profile.as_ref().and_then(|p| p.risk),
+            },
+            tiers: profile.map(|p| p.tiers).unwrap_or_default(),
             allow_weaker: self.allow_weaker,
             approver: match (self.approver, self.approve_interactive) {
                 (Some(program), _) => Some(crate::approve::ApproverChoice::Program(program)),
@@ -493,6 +520,7 @@ mod tests {
             "--allow-weaker",
             "--approver",
             "--approve-interactive",
+            "--profile",
         ];
         let unnamed: Vec<&String> = flags
             .keys()

@@ -152,6 +152,9 @@ fn run(args: RunArgs) -> ExitCode {
     if let Some(path) = &request.audit {
         builder = builder.audit(path);
     }
+    for tier in &request.tiers {
+        builder = builder.define_tier(tier.clone());
+    }
     if let Some(tier) = &request.tier {
         builder = builder.tier(tier);
     }

@@ -1150,3 +1150,48 @@ fn approve_interactive_asks_on_the_terminal_and_only_yes_grants() {
     assert_eq!(code, Some(0), "{screen}");
     assert!(dir.path().join("out").exists(), "{screen}");
 }
+
+#[test]
+fn profile_gives_caps_tier_and_backend_and_bad_profiles_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("data");
+    std::fs::write(data.join("x"), "from the profile\n").expect("x");
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "backend = \"process\"\ntier = \"low\"\n[caps]\nmounts = [{{ host = \"{0}\", guest = \"{0}\", access = \"ro\" }}]\nlimits = {{ timeout_ms = 5000 }}\n",
+            data.display()
+        ),
+    )
+    .expect("profile");
+    let p = profile.to_str().expect("utf-8");
+    let x = data.join("x");
+    let out = strata(&[
+        "run",
+        "--profile",
+        p,
+        "--json",
+        "--",
+        "cat",
+        x.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(result["stdout"], "from the profile\n");
+    assert_eq!(result["receipt"]["policy"]["tier"], "low");
+    assert_eq!(result["receipt"]["backend"], "process");
+    // Caps flags are refused with a profile; a profile that does not match the schema is
+    // refused naming where.
+    let out = strata(&["run", "--profile", p, "--ro", "/etc", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::write(&profile, "[caps]\nlimits = { timeout_ms = \"soon\" }\n").expect("profile");
+    let out = strata(&["run", "--profile", p, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("caps/limits/timeout_ms"),
+        "{}",
+        text(&out.stderr)
+    );
+}
