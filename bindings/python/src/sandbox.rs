@@ -50,6 +50,8 @@ pub struct PySandbox {
     closed: AtomicBool,
     /// Cancelled by `close()`; every run links its own token to it.
     shutdown: CancelToken,
+    /// The profile's caps and risk: what runs without `caps` (or `risk`) get.
+    profile: Option<strata::Profile>,
 }
 
 /// Streaming callbacks of one run, called on the thread that runs the sandbox.
@@ -290,6 +292,28 @@ fn noop_output() -> RunOutput {
 }
 
 impl PySandbox {
+    /// `caps` as given, else the profile's, else `Caps()`.
+    fn caps_or_profile<'a>(
+        &'a self,
+        caps: Option<&'a Bound<'_, PyAny>>,
+    ) -> PyResult<Cow<'a, Caps>> {
+        match (caps, &self.profile) {
+            (None, Some(profile)) => Ok(Cow::Borrowed(&profile.caps)),
+            (caps, _) => caps_arg(caps),
+        }
+    }
+
+    /// The run's risk, else the profile's.
+    fn risk_or_profile(&self, policy: RunPolicy) -> RunPolicy {
+        let profile_risk = self.profile.as_ref().and_then(|p| p.risk);
+        RunPolicy {
+            risk: policy
+                .risk
+                .or_else(|| profile_risk.map(|r| r.as_str().to_string())),
+            ..policy
+        }
+    }
+
     fn ensure_open(&self, py: Python<'_>) -> PyResult<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(to_py(
@@ -318,7 +342,8 @@ impl PySandbox {
     {
         self.ensure_open(py)?;
         let tool = tool_arg(tool)?;
-        let caps = caps_arg(caps)?;
+        let caps = self.caps_or_profile(caps)?;
+        let policy = self.risk_or_profile(policy);
         let (ctx, sink) = context(
             py,
             Some(&self.shutdown),
@@ -351,7 +376,7 @@ impl PySandbox {
     #[pyo3(signature = (
         backend = "auto",
         *,
-        strict = true,
+        strict = None,
         helper = None,
         warm_pool = None,
         tier = None,
@@ -359,13 +384,14 @@ impl PySandbox {
         approver = None,
         audit = None,
         route_backends = None,
-        allow_weaker = false
+        allow_weaker = false,
+        profile = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         backend: &str,
-        strict: bool,
+        strict: Option<bool>,
         helper: Option<PathBuf>,
         warm_pool: Option<usize>,
         tier: Option<String>,
@@ -374,9 +400,28 @@ impl PySandbox {
         audit: Option<PathBuf>,
         route_backends: Option<Vec<String>>,
         allow_weaker: bool,
+        profile: Option<PathBuf>,
     ) -> PyResult<Self> {
-        let choice: BackendChoice = backend.parse().py_err(py)?;
-        let mut builder = Sandbox::builder().backend(choice).strictness(if strict {
+        let profile = profile
+            .map(|path| strata::Profile::load(&path))
+            .transpose()
+            .py_err(py)?;
+        let mut builder = Sandbox::builder();
+        if let Some(profile) = &profile {
+            builder = profile.apply(builder);
+        }
+        // Explicit arguments win over the profile: a backend other than "auto", a strictness.
+        let mut choice: BackendChoice = backend.parse().py_err(py)?;
+        match (&profile, choice) {
+            (Some(profile), BackendChoice::Auto) => choice = profile.backend,
+            _ => builder = builder.backend(choice),
+        }
+        let strict = strict.unwrap_or_else(|| {
+            profile
+                .as_ref()
+                .is_none_or(|p| p.strictness == Strictness::Strict)
+        });
+        builder = builder.strictness(if strict {
             Strictness::Strict
         } else {
             Strictness::BestEffort
@@ -418,6 +463,7 @@ impl PySandbox {
             helper,
             closed: AtomicBool::new(false),
             shutdown: CancelToken::new(),
+            profile,
         })
     }
 
@@ -561,8 +607,8 @@ impl PySandbox {
             return Err(PyTypeError::new_err("done must be callable"));
         }
         let tool = tool_arg(tool)?.into_owned();
-        let caps = caps_arg(caps)?.into_owned();
-        let policy = RunPolicy { tier, risk };
+        let caps = self.caps_or_profile(caps)?.into_owned();
+        let policy = self.risk_or_profile(RunPolicy { tier, risk });
         let (ctx, sink) = context(py, None, on_stdout, on_stderr, text, &policy)?;
         let handle = PyRunHandle {
             cancel: ctx.cancel.clone(),

@@ -120,3 +120,26 @@ def test_tampered_audit_log_is_named(tmp_path: Path) -> None:
     with pytest.raises(strata.InvalidRequestError):
         strata.Sandbox(audit=log)
     assert len(head) == 64
+
+
+def test_profile_gives_backend_tier_caps_and_risk(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x").write_text("from the profile\n")
+    profile = tmp_path / "agent.toml"
+    profile.write_text(
+        'backend = "process"\ntier = "low"\nrisk = "files"\n'
+        f'[caps]\nmounts = [{{ host = "{data}", guest = "{data}", access = "ro" }}]\n'
+        "limits = { timeout_ms = 5000 }\n"
+    )
+    with strata.Sandbox(profile=profile, warm_pool=0) as sb:
+        assert sb.backend == "process"
+        result = sb.run(["cat", str(data / "x")])
+        assert result.stdout == "from the profile\n"
+        policy = result.receipt.policy or {}
+        assert policy["tier"] == "low" and policy["route"]["risk"] == "files"
+        # Explicit caps replace the profile's (the file is not granted then).
+        assert not sb.run(["cat", str(data / "x")], {}).ok
+    profile.write_text('[caps]\nlimits = { timeout_ms = "soon" }\n')
+    with pytest.raises(strata.InvalidRequestError, match="caps/limits/timeout_ms"):
+        strata.Sandbox(profile=profile)

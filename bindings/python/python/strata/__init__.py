@@ -132,6 +132,9 @@ class Sandbox(_strata.Sandbox):
     ``approver`` (see :data:`Approver`) grants it. ``audit`` appends every run, refusal and
     policy decision to a hash-chained JSON-lines log (:func:`verify_audit` checks it).
     ``route_backends`` and ``allow_weaker`` bound the risk router (``run(..., risk=...)``).
+    ``profile`` reads a TOML (or ``.json``) profile: its backend, strictness, tier and tiers
+    (explicit arguments win: a backend other than ``"auto"``, ``strict``, ``tier``), and
+    the caps and risk of runs that give none.
 
     Thread-safe: runs release the GIL. ``with Sandbox() as sb:`` (or ``async with``) kills
     runs still in flight on exit. ``await sb.arun(...)`` runs without blocking the event
@@ -142,7 +145,7 @@ class Sandbox(_strata.Sandbox):
         cls,
         backend: str = "auto",
         *,
-        strict: bool = True,
+        strict: Optional[bool] = None,
         helper: Union[str, "os.PathLike[str]", None] = None,
         warm_pool: Optional[int] = None,
         tier: Optional[str] = None,
@@ -151,6 +154,7 @@ class Sandbox(_strata.Sandbox):
         audit: Union[str, "os.PathLike[str]", None] = None,
         route_backends: Optional[Sequence[str]] = None,
         allow_weaker: bool = False,
+        profile: Union[str, "os.PathLike[str]", None] = None,
     ) -> "Sandbox":
         return super().__new__(
             cls,
@@ -164,6 +168,7 @@ class Sandbox(_strata.Sandbox):
             audit=audit,
             route_backends=route_backends,
             allow_weaker=allow_weaker,
+            profile=profile,
         )
 
     async def arun(

@@ -390,7 +390,7 @@ class Sandbox:
         cls,
         backend: str = "auto",
         *,
-        strict: bool = True,
+        strict: Optional[bool] = None,
         helper: Optional[_Path] = None,
         warm_pool: Optional[int] = None,
         tier: Optional[str] = None,
@@ -399,6 +399,7 @@ class Sandbox:
         audit: Optional[_Path] = None,
         route_backends: Optional[Sequence[str]] = None,
         allow_weaker: bool = False,
+        profile: Optional[_Path] = None,
     ) -> Self: ...
     def run(
         self,
