@@ -69,6 +69,13 @@ export interface SandboxOptions {
   routeBackends?: BackendName[]
   /** Let the router use a backend below a risk's floor; the receipt then says so. Default `false`. */
   allowWeaker?: boolean
+  /**
+   * A profile file (TOML, or JSON for `*.json`; see docs/policy.md): its backend (unless
+   * `backend` names one other than `'auto'`), strictness (unless `strict` is given), tiers
+   * and tier (unless `tier` is given), and the caps and risk of runs that give none. Its
+   * caps are validated against the caps JSON Schema.
+   */
+  profile?: string
 }
 
 /** A trust tier: what runs under it may ask for. */

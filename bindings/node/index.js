@@ -119,6 +119,7 @@ const SANDBOX_OPTIONS = new Set([
   'audit',
   'routeBackends',
   'allowWeaker',
+  'profile',
 ])
 const RUN_OPTIONS = new Set(['signal', 'onStdout', 'onStderr', 'check', 'tier', 'risk'])
 const WORKSPACE_RUN_OPTIONS = new Set([...RUN_OPTIONS, 'at'])
@@ -280,7 +281,8 @@ class Sandbox {
       (opts.approver !== undefined && typeof opts.approver !== 'function' && 'approver must be a function') ||
       (opts.audit !== undefined && typeof opts.audit !== 'string' && 'audit must be a path string') ||
       (opts.routeBackends !== undefined && !Array.isArray(opts.routeBackends) && 'routeBackends must be an array') ||
-      (opts.allowWeaker !== undefined && typeof opts.allowWeaker !== 'boolean' && 'allowWeaker must be a boolean')
+      (opts.allowWeaker !== undefined && typeof opts.allowWeaker !== 'boolean' && 'allowWeaker must be a boolean') ||
+      (opts.profile !== undefined && typeof opts.profile !== 'string' && 'profile must be a path string')
     if (bad) throw new InvalidRequestError(bad)
     let made
     try {
@@ -294,6 +296,7 @@ class Sandbox {
           audit: opts.audit,
           routeBackends: opts.routeBackends,
           allowWeaker: opts.allowWeaker,
+          profile: opts.profile,
         },
         opts.approver === undefined ? undefined : approverBridge(opts.approver),
       )

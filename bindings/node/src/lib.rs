@@ -60,6 +60,10 @@ pub struct NativeSandboxOptions {
     pub route_backends: Option<Vec<String>>,
     /// Let the router use a backend below a risk's floor (said in the receipt).
     pub allow_weaker: Option<bool>,
+    /// A profile file (TOML, or JSON for `*.json`): its backend (unless `backend` names one
+    /// other than `auto`), strictness (unless `strict` is given), tiers and tier (unless
+    /// `tier` is given), and the caps and risk of runs that give none.
+    pub profile: Option<String>,
 }
 
 /// Per-run policy options of [`NativeSandbox::run`].
@@ -79,6 +83,8 @@ pub struct NativeRunPolicy {
 #[napi]
 pub struct NativeSandbox {
     pub(crate) inner: Sandbox,
+    /// The profile's caps and risk, for runs that give none.
+    profile: Option<Arc<strata::Profile>>,
 }
 
 /// Builds a sandbox, or returns why not (an unknown or not compiled-in backend, a bad
@@ -89,14 +95,31 @@ pub fn create_sandbox(
     options: NativeSandboxOptions,
     approver: Option<Function<'_, FnArgs<(f64, String)>, ()>>,
 ) -> napi::Result<Either<NativeSandbox, NativeError>> {
-    let strictness = if options.strict.unwrap_or(true) {
-        Strictness::Strict
-    } else {
-        Strictness::BestEffort
-    };
     let approver = approver.map(policy::NodeApprover::new).transpose()?;
+    let profile = match options
+        .profile
+        .as_deref()
+        .map(|p| strata::Profile::load(std::path::Path::new(p)))
+    {
+        Some(Ok(profile)) => Some(profile),
+        Some(Err(e)) => return Ok(Either::B((&e).into())),
+        None => None,
+    };
+    let strictness = match (options.strict, &profile) {
+        (Some(true), _) => Strictness::Strict,
+        (Some(false), _) => Strictness::BestEffort,
+        (None, Some(profile)) => profile.strictness,
+        (None, None) => Strictness::Strict,
+    };
     let built = convert::backend_choice(options.backend.as_deref()).and_then(|backend| {
-        let mut builder = Sandbox::builder().backend(backend).strictness(strictness);
+        let mut builder = Sandbox::builder();
+        if let Some(profile) = &profile {
+            builder = profile.apply(builder);
+        }
+        if backend != strata::BackendChoice::Auto || profile.is_none() {
+            builder = builder.backend(backend);
+        }
+        builder = builder.strictness(strictness);
         if let Some(helper) = options.helper {
             builder = builder.helper(helper);
         }
@@ -129,7 +152,10 @@ pub fn create_sandbox(
         builder.route_policy(route).build()
     });
     Ok(match built {
-        Ok(inner) => Either::A(NativeSandbox { inner }),
+        Ok(inner) => Either::A(NativeSandbox {
+            inner,
+            profile: profile.map(Arc::new),
+        }),
         Err(err) => Either::B(NativeError::from(&err)),
     })
 }
@@ -229,16 +255,20 @@ impl NativeSandbox {
             .map(str::parse::<strata::policy::Risk>)
             .transpose()
         {
-            Ok(risk) => risk,
+            Ok(risk) => risk.or_else(|| self.profile.as_ref().and_then(|p| p.risk)),
             Err(e) => return Ok(Some((&e).into())),
         };
         let tool = match env.from_js_value::<NodeTool, _>(tool) {
             Ok(tool) => tool.0,
             Err(e) => return Ok(Some((&convert::invalid_argument("tool", &e)).into())),
         };
-        let caps: Caps = match env.from_js_value::<Option<NodeCaps>, _>(caps) {
-            Ok(caps) => caps.unwrap_or_default().into(),
-            Err(e) => return Ok(Some((&convert::invalid_argument("caps", &e)).into())),
+        let caps: Caps = match (
+            env.from_js_value::<Option<NodeCaps>, _>(caps),
+            &self.profile,
+        ) {
+            (Ok(None), Some(profile)) => profile.caps.clone(),
+            (Ok(caps), _) => caps.unwrap_or_default().into(),
+            (Err(e), _) => return Ok(Some((&convert::invalid_argument("caps", &e)).into())),
         };
         let pool = match pool() {
             Ok(pool) => pool,

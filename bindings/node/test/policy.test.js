@@ -119,3 +119,24 @@ test('a tampered audit log is named', async (t) => {
   assert.throws(() => verifyAudit(log), /line 2/)
   assert.throws(() => new Sandbox({ audit: log }), InvalidRequestError)
 })
+
+test('a profile gives backend, tier, caps and risk; a bad one is refused naming where', async (t) => {
+  const dir = tempDir(t)
+  const data = path.join(dir, 'data')
+  fs.mkdirSync(data)
+  fs.writeFileSync(path.join(data, 'x'), 'from the profile\n')
+  const profile = path.join(dir, 'agent.toml')
+  fs.writeFileSync(
+    profile,
+    `backend = "process"\ntier = "low"\nrisk = "files"\n[caps]\nmounts = [{ host = "${data}", guest = "${data}", access = "ro" }]\nlimits = { timeout_ms = 5000 }\n`,
+  )
+  const sandbox = new Sandbox({ profile })
+  assert.equal(sandbox.backend, 'process')
+  const result = await sandbox.run(['cat', path.join(data, 'x')])
+  assert.equal(result.stdout, 'from the profile\n')
+  assert.equal(result.receipt.policy.tier, 'low')
+  assert.equal(result.receipt.policy.route.risk, 'files')
+  assert.notEqual((await sandbox.run(['cat', path.join(data, 'x')], {})).exitCode, 0)
+  fs.writeFileSync(profile, '[caps]\nlimits = { timeout_ms = "soon" }\n')
+  assert.throws(() => new Sandbox({ profile }), (e) => e instanceof InvalidRequestError && /caps\/limits\/timeout_ms/.test(e.message))
+})
