@@ -35,6 +35,8 @@
 
 pub mod profile;
 mod sandbox;
+#[cfg(feature = "process")]
+pub mod session;
 
 pub use profile::Profile;
 pub use sandbox::{doctor, unix_time_ms, BackendChoice, Sandbox, SandboxBuilder};
@@ -52,6 +54,8 @@ pub use sandbox_core::{
     ScriptLanguage, Secret, SetupStage, Stream, Strictness, SystemDirs, Tool, TrapKind,
     RUN_SPEC_VERSION, STDIN_BUFFER,
 };
+#[cfg(feature = "process")]
+pub use session::{Call, FileEntry, FileKind, Session, SessionOptions, Transfer};
 
 #[cfg(feature = "container")]
 pub use sandbox_container::ContainerBackend;

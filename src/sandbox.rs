@@ -468,7 +468,7 @@ impl Sandbox {
 
     /// Admits and runs (see `admit_and_run`) with the sandbox's strictness, then records
     /// the run or its refusal in the audit log.
-    fn run_audited(
+    pub(crate) fn run_audited(
         &self,
         tool: &Tool,
         tier_caps: &Caps,

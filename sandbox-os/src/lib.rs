@@ -32,6 +32,7 @@ mod protocol;
 mod rootfs;
 mod seccomp;
 mod seccomp_table;
+pub mod session_files;
 mod supervise;
 mod sys;
 pub mod workspace;

@@ -660,7 +660,7 @@ fn beneath() -> ResolveFlags {
 
 /// Opens the directory `rel` beneath `root` (`""` for `root` itself), never following a
 /// symlink and never leaving `root`.
-fn open_dir(root: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir(root: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
     let rel = if rel.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -676,7 +676,7 @@ fn open_dir(root: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
 }
 
 /// Opens the regular file `rel` beneath `root` for reading, never following a symlink.
-fn open_beneath(root: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_beneath(root: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat2(
         root,
         rel,
@@ -686,7 +686,7 @@ fn open_beneath(root: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
     )?)
 }
 
-fn open_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
+pub(crate) fn open_file_at(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat(
         dir,
         name,
@@ -708,7 +708,7 @@ fn open_dir_path(path: &Path) -> io::Result<OwnedFd> {
 
 /// Opens a directory of the staging area: the embedder's `$TMPDIR` may be reached through
 /// symlinks, the last component (ours) must not be one.
-fn open_private(path: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_private(path: &Path) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -753,7 +753,7 @@ fn private_dir(parent: &Path) -> Result<PathBuf> {
 }
 
 /// 16 hex digits from std's randomly seeded hasher, the time and the process id.
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     let nanos = std::time::SystemTime::now()
@@ -770,7 +770,7 @@ fn temp_name() -> String {
 }
 
 /// The names in `dir`, without `.` and `..`, sorted.
-fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
+pub(crate) fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
     let mut names = Vec::new();
     for entry in rustix::fs::Dir::read_from(dir)? {
         let name = OsStr::from_bytes(entry?.file_name().to_bytes()).to_os_string();
@@ -783,7 +783,7 @@ fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
 }
 
 /// `lstat` of `name` in `dir`, `None` when it does not exist.
-fn lstat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<Stat>> {
+pub(crate) fn lstat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<Stat>> {
     match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => Ok(Some(stat)),
         Err(Errno::NOENT) => Ok(None),
@@ -792,29 +792,29 @@ fn lstat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<Stat>> {
 }
 
 /// `path`'s parent (`""` at the top) and last component.
-fn split(path: &Path) -> io::Result<(&Path, &OsStr)> {
+pub(crate) fn split(path: &Path) -> io::Result<(&Path, &OsStr)> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::other(format!("{} has no file name", path.display())))?;
     Ok((path.parent().unwrap_or(Path::new("")), name))
 }
 
-fn names(path: &Path) -> impl Iterator<Item = &OsStr> {
+pub(crate) fn names(path: &Path) -> impl Iterator<Item = &OsStr> {
     path.components().filter_map(|c| match c {
         Component::Normal(part) => Some(part),
         _ => None,
     })
 }
 
-fn bits(stat: &Stat) -> u32 {
+pub(crate) fn bits(stat: &Stat) -> u32 {
     stat.st_mode & 0o7777
 }
 
-fn size(stat: &Stat) -> u64 {
+pub(crate) fn size(stat: &Stat) -> u64 {
     u64::try_from(stat.st_size).unwrap_or(0)
 }
 
-fn times(stat: &Stat) -> Timestamps {
+pub(crate) fn times(stat: &Stat) -> Timestamps {
     let mtime = Timespec {
         tv_sec: stat.st_mtime as _,
         tv_nsec: stat.st_mtime_nsec as _,
@@ -910,7 +910,7 @@ impl Write for HashWriter<'_> {
 /// For an addition (`added`) nothing may have appeared at `name` since the host check:
 /// `RENAME_NOREPLACE` fails with `AlreadyExists` (plain rename where the file system
 /// lacks it).
-fn replace(dir: &OwnedFd, tmp: &str, name: &OsStr, added: bool) -> io::Result<()> {
+pub(crate) fn replace(dir: &OwnedFd, tmp: &str, name: &OsStr, added: bool) -> io::Result<()> {
     if added {
         match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
             Err(Errno::INVAL) | Err(Errno::NOSYS) => {}
@@ -950,7 +950,7 @@ fn put_link(dir: &OwnedFd, name: &OsStr, target: &Path, added: bool) -> io::Resu
 
 /// Removes everything in `dir`, making directories the run left unwritable writable first.
 /// Never follows a symlink.
-fn clear_dir(dir: &OwnedFd) -> io::Result<()> {
+pub(crate) fn clear_dir(dir: &OwnedFd) -> io::Result<()> {
     let _ = rustix::fs::fchmod(dir, Mode::from_raw_mode(0o700));
     for name in list(dir)? {
         let Some(stat) = lstat_at(dir, &name)? else {

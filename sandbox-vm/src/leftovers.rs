@@ -36,13 +36,19 @@ fn alive(owner: &str) -> bool {
 /// Removes the `strata-vm-*` directories under `tmp` whose owner is gone; returns how many.
 /// Directories without an owner file (another user's, or being created) are left alone.
 pub fn sweep(tmp: &Path) -> usize {
+    sweep_prefix(tmp, "strata-vm-")
+}
+
+/// Like [`sweep`], for the directories whose name starts with `prefix` (sessions use
+/// `strata-session-`).
+pub fn sweep_prefix(tmp: &Path, prefix: &str) -> usize {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return 0;
     };
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if !name.to_string_lossy().starts_with("strata-vm-") {
+        if !name.to_string_lossy().starts_with(prefix) {
             continue;
         }
         let Ok(owner) = std::fs::read_to_string(entry.path().join(OWNER_FILE)) else {
