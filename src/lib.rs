@@ -38,7 +38,7 @@ mod sandbox;
 #[cfg(feature = "process")]
 pub mod session;
 
-pub use profile::Profile;
+pub use profile::{Profile, SessionSettings};
 pub use sandbox::{doctor, unix_time_ms, BackendChoice, Sandbox, SandboxBuilder};
 #[cfg(unix)]
 pub use sandbox_core::StdinSource;

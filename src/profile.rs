@@ -12,6 +12,11 @@
 //! net = "none"
 //! limits = { timeout_ms = 10000, memory = "256M" }
 //!
+//! [session]               # optional: sessions opened under the profile
+//! workdir = "/workspace"  # their directory's guest path (default /workspace)
+//! max_transfer = "256M"   # most bytes one file copy moves (default 256M)
+//! max_open = 16           # sessions open at once in `strata mcp` (default 16)
+//!
 //! [[tiers]]               # optional: tiers of your own (see strata::policy::Tier)
 //! name = "reviewers"
 //! rank = 1
@@ -28,10 +33,10 @@
 //! language. A profile never holds secret values (`caps.secrets` is refused: give secrets
 //! per run).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sandbox_core::policy::{Risk, Tier};
-use sandbox_core::{Caps, Error, Result, Strictness};
+use sandbox_core::{ByteSize, Caps, Error, Result, Strictness};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -53,6 +58,31 @@ pub struct Profile {
     pub risk: Option<Risk>,
     /// The caps of the profile's runs.
     pub caps: Caps,
+    /// How sessions opened under the profile are set up (`[session]`).
+    pub session: SessionSettings,
+}
+
+/// The `[session]` table of a profile.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionSettings {
+    /// The guest path of a session's directory. Default: `/workspace`.
+    pub workdir: PathBuf,
+    /// The most bytes one file copy moves. Default: 256 MiB.
+    pub max_transfer: ByteSize,
+    /// The most sessions open at once where a server holds them for clients (`strata
+    /// mcp`). Default: 16.
+    pub max_open: usize,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        SessionSettings {
+            workdir: PathBuf::from("/workspace"),
+            max_transfer: ByteSize::mib(256),
+            max_open: 16,
+        }
+    }
 }
 
 /// Everything but the caps, read strictly.
@@ -69,6 +99,8 @@ struct Settings {
     tiers: Vec<Tier>,
     #[serde(default)]
     risk: Option<Risk>,
+    #[serde(default)]
+    session: SessionSettings,
 }
 
 impl Profile {
@@ -132,7 +164,11 @@ impl Profile {
             tiers: settings.tiers,
             risk: settings.risk,
             caps,
+            session: settings.session,
         };
+        if profile.session.max_open == 0 {
+            return Err(Error::invalid("session.max_open must be at least 1"));
+        }
         if let Some(name) = &profile.tier {
             let known = Tier::PRESETS.contains(&name.as_str())
                 || profile.tiers.iter().any(|t| &t.name == name);
@@ -143,6 +179,16 @@ impl Profile {
             }
         }
         Ok(profile)
+    }
+
+    /// The [`crate::SessionOptions`] of the `[session]` table.
+    #[cfg(feature = "process")]
+    pub fn session_options(&self) -> crate::SessionOptions {
+        crate::SessionOptions {
+            workdir: self.session.workdir.clone(),
+            max_transfer: self.session.max_transfer,
+            parent: None,
+        }
     }
 
     /// `builder` with this profile's backend, strictness, tiers and tier.
@@ -222,6 +268,23 @@ secrets = false
         assert_eq!(profile.caps.mounts.len(), 1);
         assert_eq!(profile.caps.limits.timeout.as_millis(), 10_000);
         assert_eq!(profile.tiers[0].name, "reviewers");
+    }
+
+    #[test]
+    fn the_session_table_sets_workdir_transfer_and_open_limits() {
+        let profile = Profile::from_toml(
+            "[session]\nworkdir = \"/work\"\nmax_transfer = \"1M\"\nmax_open = 2\n",
+        )
+        .expect("profile");
+        assert_eq!(profile.session.workdir, PathBuf::from("/work"));
+        assert_eq!(profile.session.max_transfer, ByteSize::mib(1));
+        assert_eq!(profile.session.max_open, 2);
+        assert_eq!(
+            Profile::from_toml("").expect("empty").session,
+            SessionSettings::default()
+        );
+        assert!(Profile::from_toml("[session]\nworkdri = \"/x\"\n").is_err());
+        assert!(Profile::from_toml("[session]\nmax_open = 0\n").is_err());
     }
 
     #[test]
