@@ -20,6 +20,7 @@ mod messages;
 mod policy;
 mod result;
 mod sandbox;
+mod session;
 mod types;
 mod workspace;
 
@@ -37,6 +38,7 @@ fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<result::PyDoctorReport>()?;
     m.add_class::<sandbox::PySandbox>()?;
     m.add_class::<sandbox::PyRunHandle>()?;
+    m.add_class::<session::PySession>()?;
     m.add_function(wrap_pyfunction!(policy::tier_preset, m)?)?;
     m.add_function(wrap_pyfunction!(policy::verify_audit, m)?)?;
     m.add_class::<messages::PyAgentDirectory>()?;

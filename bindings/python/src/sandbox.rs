@@ -49,13 +49,13 @@ pub struct PySandbox {
     helper: Option<PathBuf>,
     closed: AtomicBool,
     /// Cancelled by `close()`; every run links its own token to it.
-    shutdown: CancelToken,
+    pub(crate) shutdown: CancelToken,
     /// The profile's caps and risk: what runs without `caps` (or `risk`) get.
-    profile: Option<strata::Profile>,
+    pub(crate) profile: Option<strata::Profile>,
 }
 
 /// Streaming callbacks of one run, called on the thread that runs the sandbox.
-struct PySink {
+pub(crate) struct PySink {
     callbacks: [Option<Py<PyAny>>; 2],
     text: bool,
     /// Incomplete UTF-8 sequences held back per stream (text mode).
@@ -199,7 +199,7 @@ fn callable(py: Python<'_>, cb: Option<Py<PyAny>>, name: &str) -> PyResult<Optio
 
 /// A run context with its own cancel token (or, when only `close()` can cancel it, the
 /// sandbox's `shared` one) and, when callbacks are given, a sink.
-fn context(
+pub(crate) fn context(
     py: Python<'_>,
     shared: Option<&CancelToken>,
     on_stdout: Option<Py<PyAny>>,
@@ -240,13 +240,13 @@ fn context(
 
 /// A run's `tier` and `risk` keywords.
 #[derive(Default)]
-struct RunPolicy {
-    tier: Option<String>,
-    risk: Option<String>,
+pub(crate) struct RunPolicy {
+    pub(crate) tier: Option<String>,
+    pub(crate) risk: Option<String>,
 }
 
 /// The Python outcome of a run: callback exceptions first, then the run's own result.
-fn finish(
+pub(crate) fn finish(
     py: Python<'_>,
     result: strata::Result<RunOutput>,
     sink: Option<&PySink>,
@@ -260,7 +260,7 @@ fn finish(
     }
 }
 
-fn tool_arg<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, Tool>> {
+pub(crate) fn tool_arg<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, Tool>> {
     match obj.cast::<PyTool>() {
         Ok(tool) => Ok(Cow::Borrowed(&tool.get().tool)),
         Err(_) => Ok(Cow::Owned(Tool::command(convert::argv(obj)?))),
@@ -293,7 +293,7 @@ fn noop_output() -> RunOutput {
 
 impl PySandbox {
     /// `caps` as given, else the profile's, else `Caps()`.
-    fn caps_or_profile<'a>(
+    pub(crate) fn caps_or_profile<'a>(
         &'a self,
         caps: Option<&'a Bound<'_, PyAny>>,
     ) -> PyResult<Cow<'a, Caps>> {
@@ -304,7 +304,7 @@ impl PySandbox {
     }
 
     /// The run's risk, else the profile's.
-    fn risk_or_profile(&self, policy: RunPolicy) -> RunPolicy {
+    pub(crate) fn risk_or_profile(&self, policy: RunPolicy) -> RunPolicy {
         let profile_risk = self.profile.as_ref().and_then(|p| p.risk);
         RunPolicy {
             risk: policy
@@ -314,7 +314,7 @@ impl PySandbox {
         }
     }
 
-    fn ensure_open(&self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn ensure_open(&self, py: Python<'_>) -> PyResult<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(to_py(
                 py,
@@ -364,8 +364,52 @@ impl PySandbox {
     }
 }
 
+/// Runs `exec` on a new thread and returns its handle at once; `done(result, error)` is
+/// called on that thread when it ends (one of the two is `None`).
+pub(crate) fn spawn_run<F>(
+    py: Python<'_>,
+    ctx: RunContext,
+    sink: Option<Arc<PySink>>,
+    shutdown: CancelToken,
+    done: Py<PyAny>,
+    exec: F,
+) -> PyResult<PyRunHandle>
+where
+    F: FnOnce(&RunContext) -> strata::Result<RunOutput> + Send + 'static,
+{
+    let handle = PyRunHandle {
+        cancel: ctx.cancel.clone(),
+    };
+    logging::refresh_level(py);
+    std::thread::Builder::new()
+        .name("strata-run".into())
+        .spawn(move || {
+            let result = {
+                let _scope = CallScope::enter();
+                let _link = link(&shutdown, &ctx.cancel);
+                exec(&ctx)
+            };
+            Python::try_attach(move |py| {
+                logging::drain(py);
+                drop(ctx);
+                let (value, error) = match finish(py, result, sink.as_deref()) {
+                    Ok(result) => match Py::new(py, result) {
+                        Ok(obj) => (obj.into_any(), py.None()),
+                        Err(e) => (py.None(), e.into_value(py).into_any()),
+                    },
+                    Err(e) => (py.None(), e.into_value(py).into_any()),
+                };
+                if let Err(e) = done.call1(py, (value, error)) {
+                    e.write_unraisable(py, Some(done.bind(py)));
+                }
+            });
+        })
+        .map_err(|e| to_py(py, &Error::internal("cannot start a run thread", e)))?;
+    Ok(handle)
+}
+
 /// Cancels `run` when `shutdown` is cancelled, until the returned guard drops.
-fn link(shutdown: &CancelToken, run: &CancelToken) -> impl Drop {
+pub(crate) fn link(shutdown: &CancelToken, run: &CancelToken) -> impl Drop {
     let run = run.clone();
     shutdown.on_cancel(move || run.cancel())
 }
@@ -552,6 +596,21 @@ impl PySandbox {
         )
     }
 
+    /// Opens a `Session`: a sandbox whose files live across calls. `caps` default to the
+    /// profile's, else `Caps()`; `workdir` (default the profile's `[session]` workdir, else
+    /// `/workspace`) is the guest path of its directory; `max_transfer` (bytes or `"256M"`)
+    /// bounds each file copy.
+    #[pyo3(signature = (caps = None, *, workdir = None, max_transfer = None))]
+    fn session(
+        &self,
+        py: Python<'_>,
+        caps: Option<&Bound<'_, PyAny>>,
+        workdir: Option<PathBuf>,
+        max_transfer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::session::PySession> {
+        crate::session::PySession::open(py, self, caps, workdir, max_transfer)
+    }
+
     /// Revokes every elevation the approver granted so far; later runs beyond their tier
     /// ask again.
     fn revoke_elevations(&self) {
@@ -610,37 +669,10 @@ impl PySandbox {
         let caps = self.caps_or_profile(caps)?.into_owned();
         let policy = self.risk_or_profile(RunPolicy { tier, risk });
         let (ctx, sink) = context(py, None, on_stdout, on_stderr, text, &policy)?;
-        let handle = PyRunHandle {
-            cancel: ctx.cancel.clone(),
-        };
         let sandbox = self.sandbox.clone();
-        let shutdown = self.shutdown.clone();
-        logging::refresh_level(py);
-        std::thread::Builder::new()
-            .name("strata-run".into())
-            .spawn(move || {
-                let result = {
-                    let _scope = CallScope::enter();
-                    let _link = link(&shutdown, &ctx.cancel);
-                    sandbox.run_with(&tool, &caps, &ctx)
-                };
-                Python::try_attach(move |py| {
-                    logging::drain(py);
-                    drop(ctx);
-                    let (value, error) = match finish(py, result, sink.as_deref()) {
-                        Ok(result) => match Py::new(py, result) {
-                            Ok(obj) => (obj.into_any(), py.None()),
-                            Err(e) => (py.None(), e.into_value(py).into_any()),
-                        },
-                        Err(e) => (py.None(), e.into_value(py).into_any()),
-                    };
-                    if let Err(e) = done.call1(py, (value, error)) {
-                        e.write_unraisable(py, Some(done.bind(py)));
-                    }
-                });
-            })
-            .map_err(|e| to_py(py, &Error::internal("cannot start a run thread", e)))?;
-        Ok(handle)
+        spawn_run(py, ctx, sink, self.shutdown.clone(), done, move |ctx| {
+            sandbox.run_with(&tool, &caps, ctx)
+        })
     }
 
     /// Probes this host as this sandbox would use it (its helper included): which

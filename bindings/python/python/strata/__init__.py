@@ -41,6 +41,7 @@ from strata._strata import (
     RunResult,
     SandboxError,
     SandboxTimeoutError,
+    Session,
     SetupFailedError,
     Tool,
     ToolFailedError,
@@ -71,6 +72,8 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxTimeoutError",
+    "AsyncSession",
+    "Session",
     "SetupFailedError",
     "Tool",
     "ToolFailedError",
@@ -113,6 +116,172 @@ def _default_helper() -> str:
     # Same precedence as the Rust library: an explicit path, then $STRATA_HELPER, then the
     # copy installed next to the code (here: inside the wheel).
     return os.environ.get("STRATA_HELPER") or str(_BUNDLED_HELPER)
+
+
+#: What ``_await_run`` starts: ``start(done, on_stdout, on_stderr)`` returns a handle.
+_Starter = Callable[
+    [
+        Callable[[Optional[RunResult], Optional[BaseException]], None],
+        Optional[Callable[[Any], None]],
+        Optional[Callable[[Any], None]],
+    ],
+    RunHandle,
+]
+
+
+async def _await_run(
+    start: _Starter,
+    on_stdout: Optional[OutputCallback],
+    on_stderr: Optional[OutputCallback],
+) -> RunResult:
+    """Starts a run on its own thread and awaits it: callbacks on the loop's thread, in
+    order; cancelling the awaiting task kills the run and waits until it is gone."""
+    loop = asyncio.get_running_loop()
+    future: "asyncio.Future[RunResult]" = loop.create_future()
+    failure: List[BaseException] = []
+    handle: Optional[RunHandle] = None
+
+    def settle(result: Optional[RunResult], error: Optional[BaseException]) -> None:
+        if future.done():
+            return
+        if failure:
+            future.set_exception(failure[0])
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def done(result: Optional[RunResult], error: Optional[BaseException]) -> None:
+        # Called on the run's thread.
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed; nobody awaits this run any more
+            pass
+
+    def on_loop(callback: Optional[OutputCallback]) -> Optional[Callable[[Any], None]]:
+        if callback is None:
+            return None
+        if not callable(callback):
+            raise TypeError("streaming callbacks must be callable")
+
+        def call(chunk: Any) -> None:
+            if failure:
+                return
+            try:
+                callback(chunk)
+            except BaseException as exc:  # propagate like the sync path: kill the run
+                failure.append(exc)
+                if handle is not None:
+                    handle.cancel()
+
+        def forward(chunk: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(call, chunk)
+            except RuntimeError:
+                pass
+
+        return forward
+
+    handle = start(done, on_loop(on_stdout), on_loop(on_stderr))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        handle.cancel()
+        try:
+            # Propagate only once the sandbox and everything it started are gone.
+            await asyncio.shield(future)
+        except (Exception, asyncio.CancelledError):
+            pass
+        raise
+
+
+class AsyncSession:
+    """A :class:`Session` for asyncio (``Sandbox.asession``): the same methods as
+    coroutines. File copies run on the default executor; ``run`` on its own thread, and
+    cancelling the awaiting task kills the call. ``async with`` closes the session."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def id(self) -> str:
+        """The session's id."""
+        return self.session.id
+
+    @property
+    def workdir(self) -> str:
+        """The guest path of the session's directory."""
+        return self.session.workdir
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session is closed."""
+        return self.session.closed
+
+    async def run(
+        self,
+        tool: ToolLike,
+        *,
+        timeout: Optional[float] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        text: bool = True,
+        tier: Optional[str] = None,
+        risk: Optional[str] = None,
+    ) -> RunResult:
+        """:meth:`Session.run`, awaitable."""
+        return await _await_run(
+            lambda done, out, err: self.session._start(
+                tool,
+                done,
+                timeout=timeout,
+                on_stdout=out,
+                on_stderr=err,
+                text=text,
+                tier=tier,
+                risk=risk,
+            ),
+            on_stdout,
+            on_stderr,
+        )
+
+    async def write_file(self, path: str, data: Union[bytes, str]) -> None:
+        """:meth:`Session.write_file`, awaitable."""
+        await asyncio.to_thread(self.session.write_file, path, data)
+
+    async def read_file(self, path: str) -> bytes:
+        """:meth:`Session.read_file`, awaitable."""
+        return await asyncio.to_thread(self.session.read_file, path)
+
+    async def upload(self, host_path: Union[str, "os.PathLike[str]"], path: str) -> Any:
+        """:meth:`Session.upload`, awaitable."""
+        return await asyncio.to_thread(self.session.upload, host_path, path)
+
+    async def download(self, path: str, host_path: Union[str, "os.PathLike[str]"]) -> Any:
+        """:meth:`Session.download`, awaitable."""
+        return await asyncio.to_thread(self.session.download, path, host_path)
+
+    async def list_files(self, path: str = ".") -> List[Any]:
+        """:meth:`Session.list_files`, awaitable."""
+        return await asyncio.to_thread(self.session.list_files, path)
+
+    async def remove(self, path: str) -> None:
+        """:meth:`Session.remove`, awaitable."""
+        await asyncio.to_thread(self.session.remove, path)
+
+    async def close(self) -> None:
+        """:meth:`Session.close`, awaitable."""
+        await asyncio.to_thread(self.session.close)
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool:
+        await self.close()
+        return False
+
+    def __repr__(self) -> str:
+        return f"Async{self.session!r}"
 
 
 class Sandbox(_strata.Sandbox):
@@ -188,72 +357,31 @@ class Sandbox(_strata.Sandbox):
         result is returned. Cancelling the awaiting task kills the sandbox and everything
         it started, waits until they are gone, and raises ``asyncio.CancelledError``.
         """
-        loop = asyncio.get_running_loop()
-        future: "asyncio.Future[RunResult]" = loop.create_future()
-        failure: List[BaseException] = []
-        handle: Optional[RunHandle] = None
-
-        def settle(result: Optional[RunResult], error: Optional[BaseException]) -> None:
-            if future.done():
-                return
-            if failure:
-                future.set_exception(failure[0])
-            elif error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)  # type: ignore[arg-type]
-
-        def done(result: Optional[RunResult], error: Optional[BaseException]) -> None:
-            # Called on the run's thread.
-            try:
-                loop.call_soon_threadsafe(settle, result, error)
-            except RuntimeError:  # the loop is closed; nobody awaits this run any more
-                pass
-
-        def on_loop(callback: Optional[OutputCallback]) -> Optional[Callable[[Any], None]]:
-            if callback is None:
-                return None
-            if not callable(callback):
-                raise TypeError("streaming callbacks must be callable")
-
-            def call(chunk: Any) -> None:
-                if failure:
-                    return
-                try:
-                    callback(chunk)
-                except BaseException as exc:  # propagate like the sync path: kill the run
-                    failure.append(exc)
-                    if handle is not None:
-                        handle.cancel()
-
-            def forward(chunk: Any) -> None:
-                try:
-                    loop.call_soon_threadsafe(call, chunk)
-                except RuntimeError:
-                    pass
-
-            return forward
-
-        handle = self._start(
-            tool,
-            caps,
-            done,
-            on_stdout=on_loop(on_stdout),
-            on_stderr=on_loop(on_stderr),
-            text=text,
-            tier=tier,
-            risk=risk,
+        return await _await_run(
+            lambda done, out, err: self._start(
+                tool,
+                caps,
+                done,
+                on_stdout=out,
+                on_stderr=err,
+                text=text,
+                tier=tier,
+                risk=risk,
+            ),
+            on_stdout,
+            on_stderr,
         )
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            handle.cancel()
-            try:
-                # Propagate only once the sandbox and everything it started are gone.
-                await asyncio.shield(future)
-            except (Exception, asyncio.CancelledError):
-                pass
-            raise
+
+    def asession(
+        self,
+        caps: CapsLike = None,
+        *,
+        workdir: Union[str, "os.PathLike[str]", None] = None,
+        max_transfer: Union[int, str, None] = None,
+    ) -> "AsyncSession":
+        """Like :meth:`session`, for asyncio: every method of the returned
+        :class:`AsyncSession` is a coroutine. Use it as ``async with sb.asession() as s:``."""
+        return AsyncSession(self.session(caps, workdir=workdir, max_transfer=max_transfer))
 
     async def __aenter__(self) -> "Sandbox":
         return self

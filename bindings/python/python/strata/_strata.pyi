@@ -44,6 +44,7 @@ __all__ = [
     "generate_agent_key",
     "agent_public_key",
     "Workspace",
+    "Session",
     "caps_for_call",
 ]
 
@@ -446,6 +447,13 @@ class Sandbox:
         on_stderr: Optional[_Callback] = None,
         text: bool = True,
     ) -> RunResult: ...
+    def session(
+        self,
+        caps: _CapsLike = None,
+        *,
+        workdir: Optional[_Path] = None,
+        max_transfer: Union[int, str, None] = None,
+    ) -> Session: ...
     def revoke_elevations(self) -> None: ...
     def doctor(self) -> DoctorReport: ...
     def close(self) -> None: ...
@@ -457,6 +465,61 @@ class Sandbox:
     def strict(self) -> bool: ...
     @property
     def helper(self) -> Optional[str]: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+class _Transfer(TypedDict):
+    files: int
+    dirs: int
+    bytes: int
+
+class _FileEntry(TypedDict):
+    path: str
+    name: str
+    kind: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int
+
+@final
+class Session:
+    """A sandbox whose files live across calls (``Sandbox.session``)."""
+
+    def run(
+        self,
+        tool: _ToolLike,
+        *,
+        timeout: Optional[float] = None,
+        on_stdout: Optional[_Callback] = None,
+        on_stderr: Optional[_Callback] = None,
+        text: bool = True,
+        tier: Optional[str] = None,
+        risk: Optional[_Risk] = None,
+    ) -> RunResult: ...
+    def _start(
+        self,
+        tool: _ToolLike,
+        done: Callable[[Optional[RunResult], Optional[BaseException]], object],
+        *,
+        timeout: Optional[float] = None,
+        on_stdout: Optional[_Callback] = None,
+        on_stderr: Optional[_Callback] = None,
+        text: bool = True,
+        tier: Optional[str] = None,
+        risk: Optional[str] = None,
+    ) -> RunHandle: ...
+    def write_file(self, path: str, data: Union[bytes, str]) -> None: ...
+    def read_file(self, path: str) -> bytes: ...
+    def upload(self, host_path: _Path, path: str) -> _Transfer: ...
+    def download(self, path: str, host_path: _Path) -> _Transfer: ...
+    def list_files(self, path: str = ".") -> List[_FileEntry]: ...
+    def remove(self, path: str) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def workdir(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> bool: ...
 
