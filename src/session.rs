@@ -387,17 +387,19 @@ impl Session {
     /// inside the workdir.
     fn relative(&self, path: &str) -> Result<PathBuf> {
         let p = Path::new(path);
+        // `.` components dropped, so listings name `/workspace/x`, not `/workspace/./x`;
+        // `..` stays for the file layer to refuse.
+        let tidy =
+            |p: &Path| -> PathBuf { p.components().filter(|c| *c != Component::CurDir).collect() };
         if !p.is_absolute() {
-            return Ok(p.to_path_buf());
+            return Ok(tidy(p));
         }
-        p.strip_prefix(&self.inner.workdir)
-            .map(Path::to_path_buf)
-            .map_err(|_| {
-                Error::invalid(format!(
-                    "invalid path {path}: outside the session's workdir {}",
-                    self.inner.workdir.display()
-                ))
-            })
+        p.strip_prefix(&self.inner.workdir).map(tidy).map_err(|_| {
+            Error::invalid(format!(
+                "invalid path {path}: outside the session's workdir {}",
+                self.inner.workdir.display()
+            ))
+        })
     }
 }
 

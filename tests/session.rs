@@ -298,6 +298,10 @@ fn a_low_tier_session_runs_its_workspace_calls() {
     assert_eq!(ok_stdout(&out).trim(), "hi");
     let listed = session.list_files("/workspace").expect("list");
     assert_eq!(listed[0].path, "/workspace/f");
+    assert_eq!(
+        session.list_files("./.").expect("list")[0].path,
+        "/workspace/f"
+    );
     assert_eq!(listed[0].kind, FileKind::File);
 }
 

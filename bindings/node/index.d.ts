@@ -170,8 +170,85 @@ export class Sandbox {
    * the source. Otherwise as {@link Sandbox.run}.
    */
   runInWorkspace(workspace: Workspace, tool: ToolInput, caps?: Caps | null, options?: RunOptions & { at?: string }): Promise<RunResult>
+  /**
+   * Opens a {@link Session}: a sandbox whose files live across calls, on any backend. `caps`
+   * default to the profile's, else `{}`; `options.workdir` (default the profile's
+   * `[session]` workdir, else `/workspace`) is the guest path of its directory and the
+   * calls' working directory; `options.maxTransfer` (bytes or a size such as `'256M'`,
+   * default 256 MiB) bounds each file copy.
+   * @throws {InvalidRequestError} for bad caps or options (nothing is made).
+   */
+  session(caps?: Caps | null, options?: SessionOptions): Session
   /** Revokes every elevation the approver granted so far. */
   revokeElevations(): void
+}
+
+/** Options of {@link Sandbox.session}. */
+export interface SessionOptions {
+  /** Absolute guest path of the session's directory (not `/`). Default `/workspace`. */
+  workdir?: string
+  /** The most bytes one file copy moves. Default 256 MiB. */
+  maxTransfer?: ByteSize
+}
+
+/** Options of one {@link Session.run} call. */
+export interface SessionRunOptions extends RunOptions {
+  /** This call's wall-clock timeout in milliseconds; `0` means none. Default: the caps'. */
+  timeoutMs?: number
+}
+
+/** What one upload or download moved. */
+export interface Transfer {
+  files: number
+  dirs: number
+  bytes: number
+}
+
+/** One entry of {@link Session.listFiles}. */
+export interface FileEntry {
+  /** Guest path (absolute, inside the workdir). */
+  path: string
+  name: string
+  /** Symlinks are listed, never followed. */
+  kind: 'file' | 'dir' | 'symlink' | 'other'
+  size: number
+  /** Permission bits. */
+  mode: number
+}
+
+/**
+ * A sandbox whose files live across calls (see {@link Sandbox.session}). Every
+ * {@link Session.run} is one sandbox run with the session's caps plus its private directory
+ * mounted read-write at {@link Session.workdir}: processes of a call end with it, files
+ * stay. File methods take paths relative to the workdir or absolute inside it; copies never
+ * follow symlinks, refuse devices, FIFOs, sockets and hard-linked files on the way out, are
+ * byte-exact, and are bounded by `maxTransfer`. Sessions are isolated from each other.
+ * {@link Session.close} cancels calls in flight and removes the directory (also when the
+ * object is garbage-collected); a closed session rejects with {@link InvalidRequestError}.
+ */
+export declare class Session {
+  private constructor()
+  /** `s-` and 16 hex digits. */
+  readonly id: string
+  /** Guest path of the session's directory. */
+  readonly workdir: string
+  readonly closed: boolean
+  /** Runs `tool` in the session; resolves as {@link Sandbox.run} does. */
+  run(tool: ToolInput, options?: SessionRunOptions): Promise<RunResult>
+  /** Writes `data` (strings as UTF-8) to `path`, replacing a file there; creates directories. */
+  writeFile(path: string, data: Buffer | Uint8Array | string): Promise<void>
+  /** The bytes of the regular file at `path`. */
+  readFile(path: string): Promise<Buffer>
+  /** Copies the host file or directory `hostPath` to `path` (merged into a directory there). */
+  upload(hostPath: string, path: string): Promise<Transfer>
+  /** Copies `path` to the host path `hostPath`, which must not exist. */
+  download(path: string, hostPath: string): Promise<Transfer>
+  /** The entries of the directory at `path` (default the workdir), sorted by name. */
+  listFiles(path?: string): Promise<FileEntry[]>
+  /** Removes the file, symlink or directory tree at `path`. */
+  remove(path: string): Promise<void>
+  /** Cancels the calls in flight and removes the session's directory. Idempotent. */
+  close(): Promise<void>
 }
 
 /** A new agent secret (32 random bytes, hex). Keep it secret; share only {@link agentPublicKey}. */

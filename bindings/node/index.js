@@ -123,6 +123,8 @@ const SANDBOX_OPTIONS = new Set([
 ])
 const RUN_OPTIONS = new Set(['signal', 'onStdout', 'onStderr', 'check', 'tier', 'risk'])
 const WORKSPACE_RUN_OPTIONS = new Set([...RUN_OPTIONS, 'at'])
+const SESSION_RUN_OPTIONS = new Set([...RUN_OPTIONS, 'timeoutMs'])
+const START = Symbol('start')
 /** The native object behind a public one (a module-private key). */
 const NATIVE = Symbol('native')
 
@@ -323,7 +325,34 @@ class Sandbox {
   }
 
   run(tool, caps, options) {
-    return this.#start(tool, caps, options, RUN_OPTIONS, undefined)
+    return this.#start(tool, caps, options, RUN_OPTIONS, undefined, undefined)
+  }
+
+  /**
+   * Opens a session: a sandbox whose files live across calls (see index.d.ts). Throws
+   * InvalidRequestError for bad caps or options; nothing is made then.
+   */
+  session(caps, options) {
+    const opts = checkKeys(options, new Set(['workdir', 'maxTransfer']), 'session option')
+    const bad =
+      (opts.workdir !== undefined && typeof opts.workdir !== 'string' && 'workdir must be a path string') ||
+      (opts.maxTransfer !== undefined &&
+        typeof opts.maxTransfer !== 'number' &&
+        typeof opts.maxTransfer !== 'string' &&
+        'maxTransfer must be a number of bytes or a size string')
+    if (bad) throw new InvalidRequestError(bad)
+    let made
+    try {
+      made = this.#native.openSession(caps, opts.workdir, opts.maxTransfer)
+    } catch (error) {
+      throw fromConversion(error)
+    }
+    return new Session(unwrap(made), this)
+  }
+
+  /** Runs a call of `session` (used by Session.run). */
+  [START](session, tool, options) {
+    return this.#start(tool, undefined, options, SESSION_RUN_OPTIONS, undefined, session)
   }
 
   /**
@@ -335,7 +364,7 @@ class Sandbox {
     if (!(workspace instanceof Workspace)) {
       return Promise.reject(new InvalidRequestError('workspace must be a Workspace'))
     }
-    return this.#start(tool, caps, options, WORKSPACE_RUN_OPTIONS, workspace[NATIVE])
+    return this.#start(tool, caps, options, WORKSPACE_RUN_OPTIONS, workspace[NATIVE], undefined)
   }
 
   /** The native sandbox, for the policy helpers of this module. */
@@ -343,7 +372,7 @@ class Sandbox {
     return this.#native
   }
 
-  #start(tool, caps, options, allowed, workspace) {
+  #start(tool, caps, options, allowed, workspace, session) {
     return new Promise((resolve, reject) => {
       let opts
       try {
@@ -360,7 +389,10 @@ class Sandbox {
         (opts.check !== undefined && typeof opts.check !== 'boolean' && 'check must be a boolean') ||
         (opts.tier !== undefined && typeof opts.tier !== 'string' && 'tier must be a string') ||
         (opts.risk !== undefined && typeof opts.risk !== 'string' && 'risk must be a string') ||
-        (opts.at !== undefined && typeof opts.at !== 'string' && 'at must be a path string')
+        (opts.at !== undefined && typeof opts.at !== 'string' && 'at must be a path string') ||
+        (opts.timeoutMs !== undefined &&
+          (typeof opts.timeoutMs !== 'number' || !(opts.timeoutMs >= 0) || !Number.isFinite(opts.timeoutMs)) &&
+          'timeoutMs must be a non-negative number of milliseconds')
       if (bad) {
         reject(new InvalidRequestError(bad))
         return
@@ -410,10 +442,11 @@ class Sandbox {
             (opts.check === true ? RUN_CHECK : 0),
           cancel,
           onEvent,
-          opts.tier === undefined && opts.risk === undefined && opts.at === undefined
+          opts.tier === undefined && opts.risk === undefined && opts.at === undefined && opts.timeoutMs === undefined
             ? undefined
-            : { tier: opts.tier, risk: opts.risk, at: opts.at },
+            : { tier: opts.tier, risk: opts.risk, at: opts.at, timeoutMs: opts.timeoutMs },
           workspace,
+          session,
         )
       } catch (error) {
         if (unwatch) unwatch()
@@ -487,6 +520,77 @@ class MessageVerifier {
   verify(signed) {
     const text = typeof signed === 'string' ? signed : JSON.stringify(signed)
     return JSON.parse(unwrap(this.#native.verify(text, this.#audit?.[NATIVE]())))
+  }
+}
+
+/** The bytes of `data` (a Buffer, another Uint8Array, or a string encoded as UTF-8). */
+function bytesOf(data) {
+  if (Buffer.isBuffer(data)) return data
+  if (data instanceof Uint8Array) return Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+  if (typeof data === 'string') return Buffer.from(data, 'utf8')
+  throw new InvalidRequestError('data must be a Buffer, a Uint8Array or a string')
+}
+
+function pathArg(value, name) {
+  if (typeof value !== 'string') throw new InvalidRequestError(`${name} must be a path string`)
+  return value
+}
+
+/** A sandbox whose files live across calls. Made by `Sandbox.session`; see index.d.ts. */
+class Session {
+  #native
+  #sandbox
+
+  constructor(nativeSession, sandbox) {
+    if (!(nativeSession instanceof native.NativeSession)) {
+      throw new InvalidRequestError('sessions are opened with sandbox.session(caps)')
+    }
+    this.#native = nativeSession
+    this.#sandbox = sandbox
+  }
+
+  get id() {
+    return this.#native.id
+  }
+
+  get workdir() {
+    return this.#native.workdir
+  }
+
+  get closed() {
+    return this.#native.closed
+  }
+
+  run(tool, options) {
+    return this.#sandbox[START](this.#native, tool, options)
+  }
+
+  async writeFile(path, data) {
+    unwrap(await this.#native.writeFile(pathArg(path, 'path'), bytesOf(data)))
+  }
+
+  async readFile(path) {
+    return unwrap(await this.#native.readFile(pathArg(path, 'path')))
+  }
+
+  async upload(hostPath, path) {
+    return JSON.parse(unwrap(await this.#native.upload(pathArg(hostPath, 'hostPath'), pathArg(path, 'path'))))
+  }
+
+  async download(path, hostPath) {
+    return JSON.parse(unwrap(await this.#native.download(pathArg(path, 'path'), pathArg(hostPath, 'hostPath'))))
+  }
+
+  async listFiles(path = '.') {
+    return JSON.parse(unwrap(await this.#native.listFiles(pathArg(path, 'path'))))
+  }
+
+  async remove(path) {
+    unwrap(await this.#native.remove(pathArg(path, 'path')))
+  }
+
+  async close() {
+    unwrap(await this.#native.close())
   }
 }
 
@@ -564,6 +668,7 @@ module.exports = {
   AgentDirectory,
   MessageVerifier,
   Workspace,
+  Session,
   generateAgentKey,
   agentPublicKey,
   capsForCall,

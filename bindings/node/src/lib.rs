@@ -21,6 +21,7 @@ pub mod agents;
 mod convert;
 mod deliver;
 pub mod policy;
+pub mod session;
 pub mod workspace;
 
 use std::panic::AssertUnwindSafe;
@@ -76,6 +77,8 @@ pub struct NativeRunPolicy {
     pub risk: Option<String>,
     /// With a workspace: where the tool sees it (default: the workspace's source path).
     pub at: Option<String>,
+    /// With a session: this call's timeout in milliseconds (`0`: none; default the caps').
+    pub timeout_ms: Option<f64>,
 }
 
 /// A sandbox handle: the backend choice and strictness, with backends created on first use
@@ -84,7 +87,7 @@ pub struct NativeRunPolicy {
 pub struct NativeSandbox {
     pub(crate) inner: Sandbox,
     /// The profile's caps and risk, for runs that give none.
-    profile: Option<Arc<strata::Profile>>,
+    pub(crate) profile: Option<Arc<strata::Profile>>,
 }
 
 /// Builds a sandbox, or returns why not (an unknown or not compiled-in backend, a bad
@@ -242,12 +245,25 @@ impl NativeSandbox {
         callback: Function<'_, EventArgs, ()>,
         policy: Option<NativeRunPolicy>,
         workspace: Option<&workspace::NativeWorkspace>,
+        session: Option<&session::NativeSession>,
     ) -> napi::Result<Option<NativeError>> {
         let policy = policy.unwrap_or(NativeRunPolicy {
             tier: None,
             risk: None,
             at: None,
+            timeout_ms: None,
         });
+        let session = session.map(|s| s.session.clone());
+        let timeout = match policy.timeout_ms {
+            Some(ms) if ms.is_finite() && ms >= 0.0 => Some(Duration::from_secs_f64(ms / 1000.0)),
+            Some(ms) => {
+                let e = strata::Error::invalid(format!(
+                    "timeoutMs must be a non-negative number of milliseconds, got {ms}"
+                ));
+                return Ok(Some((&e).into()));
+            }
+            None => None,
+        };
         let staged = workspace.map(|w| (Arc::clone(&w.shared), policy.at.clone()));
         let risk = match policy
             .risk
@@ -304,12 +320,19 @@ impl NativeSandbox {
             // loop), or the event loop would wait for it forever.
             let finished = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 let start = Instant::now();
-                let result = match &staged {
-                    Some((shared, at)) => workspace::with(shared, |ws| {
+                let result = match (&staged, &session) {
+                    (_, Some(session)) => {
+                        let call = strata::session::Call {
+                            timeout,
+                            ctx: ctx.clone(),
+                        };
+                        session.run_with(&tool, &call)
+                    }
+                    (Some((shared, at)), None) => workspace::with(shared, |ws| {
                         let at = at.as_deref().map(std::path::Path::new);
                         sandbox.run_in_workspace(ws, at, &tool, &caps, &ctx)
                     }),
-                    None => sandbox.run_with(&tool, &caps, &ctx),
+                    (None, None) => sandbox.run_with(&tool, &caps, &ctx),
                 };
                 Finished::new(result, start.elapsed(), check)
             }))

@@ -16,6 +16,7 @@ import {
   InvalidRequestError,
   LimitExceededError,
   Sandbox,
+  Session,
   SetupFailedError,
   StrataError,
   Tool,
@@ -39,8 +40,10 @@ import type {
   RunResult,
   SandboxTool,
   Secret,
+  FileEntry,
   ToolInput,
   ToolOutput,
+  Transfer,
 } from 'strata-sandbox'
 
 async function sandboxes(): Promise<void> {
@@ -199,8 +202,25 @@ async function adapters(sandbox: Sandbox): Promise<void> {
   void call
 }
 
+async function sessions(sandbox: Sandbox): Promise<void> {
+  const s: Session = sandbox.session({ readOnly: '/data' }, { workdir: '/work', maxTransfer: '1M' })
+  const r: RunResult = await s.run(['ls'], { timeoutMs: 0, onStdout: (c: Buffer) => void c })
+  await s.writeFile('a.txt', 'text')
+  await s.writeFile('b.bin', new Uint8Array([0]))
+  const data: Buffer = await s.readFile('a.txt')
+  const moved: Transfer = await s.upload('/tmp/x', 'x')
+  const entries: FileEntry[] = await s.listFiles()
+  const kinds: Array<'file' | 'dir' | 'symlink' | 'other'> = entries.map((e) => e.kind)
+  await s.download('x', '/tmp/y')
+  await s.remove('x')
+  await s.close()
+  // @ts-expect-error: session calls take no caps
+  await s.run(['ls'], { readOnly: '/data' })
+  void [r, data, moved, kinds, s.id, s.workdir, s.closed]
+}
+
 const report: DoctorReport = doctor()
 const available: string[] = report.backends.filter((b) => b.available).map((b) => b.backend)
 const withHelper: DoctorReport = doctor({ helper: helperPath })
 const v: string = version
-void [available, withHelper, v, sandboxes, runs, errors, adapters]
+void [available, withHelper, v, sandboxes, runs, errors, adapters, sessions]
