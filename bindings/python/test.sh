@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and installs the Python package into a venv, then runs its checks: mypy.stubtest
-# and pytest (API, bad input, concurrency, cancellation, logging, adapters, example).
+# and pytest (API, bad input, concurrency, cancellation, logging, adapters, example, and
+# `strata mcp` against the official MCP client, which needs target/release/strata).
 # Called by scripts/test.sh after the Rust suite; idempotent; works as root on a fresh clone.
 #
 # The wheel is built with the release profile in the workspace target dir, like the rest
@@ -18,7 +19,7 @@ fi
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check \
   "maturin==1.16.0" "pytest==9.2.0" "pytest-asyncio==1.5.0" "mypy==2.4.1" \
-  "langchain-core==1.8.3" "openai-agents==0.24.0"
+  "langchain-core==1.8.3" "openai-agents==0.24.0" "mcp==2.3.0"
 
 # Not fatal: a mismatch only costs build time (see the script).
 "$root/scripts/check-build-features.sh" -p strata-python || echo "warning: the wheel build will recompile crates CI already built"

@@ -30,6 +30,32 @@ pub enum Command {
     /// Work with audit logs (`strata run --audit FILE`).
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Serve sandboxed runs and sessions to AI agents over the Model Context Protocol
+    /// (stdio, or streamable HTTP with --http). Every run gets the profile's caps; a client
+    /// cannot widen them.
+    Mcp(McpArgs),
+}
+
+/// `strata mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The profile (TOML, or JSON for *.json) of every run and session: caps, backend,
+    /// strictness, tier and risk. Default: the default caps (no mounts, no network, 30 s).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Serve streamable HTTP at ADDR (HOST:PORT; port 0 picks one) on the path /mcp,
+    /// instead of stdio, and print its URL on stdout. There is no authentication: a
+    /// non-loopback address needs --allow-host.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// With --http: also accept requests for HOST (the Host header; loopback names always
+    /// pass), and allow a non-loopback ADDR.
+    #[arg(long = "allow-host", value_name = "HOST", requires = "http")]
+    pub allow_host: Vec<String>,
+    /// The most sessions open at once.
+    #[arg(long = "max-sessions", value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_sessions: u32,
 }
 
 /// `strata audit ...`.
@@ -537,7 +563,9 @@ mod tests {
             .map_err(|e| Error::invalid(e.to_string()))?;
         match cli.command {
             Command::Run(run) => run.into_request(),
-            Command::Doctor { .. } | Command::Audit(_) => Err(Error::invalid("not run")),
+            Command::Doctor { .. } | Command::Audit(_) | Command::Mcp(_) => {
+                Err(Error::invalid("not run"))
+            }
         }
     }
 

@@ -10,6 +10,7 @@
 
 mod approve;
 mod args;
+mod mcp;
 mod sanitize;
 
 use std::io::{IsTerminal, Write};
@@ -62,6 +63,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Audit(AuditCommand::Verify { file, head }) => audit_verify(&file, head.as_deref()),
+        Command::Mcp(args) => mcp::main(args),
     }
 }
 
