@@ -52,10 +52,10 @@ pub struct McpArgs {
     /// pass), and allow a non-loopback ADDR.
     #[arg(long = "allow-host", value_name = "HOST", requires = "http")]
     pub allow_host: Vec<String>,
-    /// The most sessions open at once.
-    #[arg(long = "max-sessions", value_name = "N", default_value_t = 16,
+    /// The most sessions open at once. Default: the profile's `session.max_open` (16).
+    #[arg(long = "max-sessions", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub max_sessions: u32,
+    pub max_sessions: Option<u32>,
 }
 
 /// `strata audit ...`.

@@ -21,9 +21,9 @@
 //! unknown or closed session) is an `isError` result `{"error": {kind, message}}`. Only an
 //! unknown tool name is a JSON-RPC error.
 //!
-//! Sessions are kept by id (at most `--max-sessions`, default 16) and shared by every client
-//! of this server (with 2026-07-28 there is no MCP session to tie them to); the id is the
-//! capability. All are closed when the server stops (end of stdin, SIGINT or SIGTERM).
+//! Sessions are kept by id (at most `--max-sessions`, default the profile's
+//! `session.max_open`, 16) and shared by every client of this server (with 2026-07-28 there
+//! is no MCP session to tie them to); the id is the capability. All are closed when the server stops (end of stdin, SIGINT or SIGTERM).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -92,7 +92,10 @@ async fn serve(args: McpArgs) -> strata::Result<()> {
     };
     profile.caps.validate()?;
     let sandbox = profile.apply(Sandbox::builder()).build()?;
-    let server = StrataMcp::new(sandbox, &profile, args.max_sessions as usize);
+    let max_sessions = args
+        .max_sessions
+        .map_or(profile.session.max_open, |n| n as usize);
+    let server = StrataMcp::new(sandbox, &profile, max_sessions);
     let stopped = CancellationToken::new();
     let result = match &args.http {
         Some(addr) => serve_http(server.clone(), addr, &args.allow_host, stopped.clone()).await,
@@ -271,9 +274,7 @@ impl StrataMcp {
                 sandbox,
                 caps: profile.caps.clone(),
                 risk: profile.risk,
-                // TODO(session contract): the profile's `[session]` table (workdir,
-                // max_transfer) once strata::Profile carries it.
-                session_options: SessionOptions::default(),
+                session_options: profile.session_options(),
                 max_sessions,
                 sessions: Mutex::new(HashMap::new()),
                 tools: tools(&profile.caps),
