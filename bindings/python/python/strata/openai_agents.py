@@ -16,18 +16,67 @@ stdout and stderr. When the sandbox refuses a run, the default ``failure_error_f
 and only the error code otherwise, so host details stay out of the conversation. Extra
 keyword arguments go to ``agents.function_tool`` (``needs_approval``, ``timeout``,
 ``failure_error_function``, ...).
+
+:class:`StrataSandboxClient` is a sandbox client of the SDK (``agents.sandbox``): a
+``SandboxAgent`` run with ``RunConfig(sandbox=SandboxRunConfig(client=StrataSandboxClient()))``
+gets a workspace that is a Strata session (``Manifest.root``, default ``/workspace``, is
+the session's workdir), and its shell, file and patch tools run in Strata sandboxes::
+
+    from agents import Runner, RunConfig
+    from agents.sandbox import SandboxAgent, SandboxRunConfig
+    from strata.openai_agents import StrataSandboxClient
+
+    client = StrataSandboxClient(strata.Sandbox(), strata.Caps(timeout=60))
+    agent = SandboxAgent(name="coder", instructions="...")
+    result = await Runner.run(agent, "...", run_config=RunConfig(
+        sandbox=SandboxRunConfig(client=client)))
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Union
+import asyncio
+import io
+import shutil
+import tarfile
+import tempfile
+import threading
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Any, Dict, List, Literal, Optional, Set, Union
 
 from agents import FunctionTool, RunContextWrapper, function_tool
+from agents.sandbox.errors import (
+    ExecTimeoutError,
+    ExecTransportError,
+    WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+)
+from agents.sandbox.manifest import Manifest
+from agents.sandbox.materialization import MaterializationResult
+from agents.sandbox.session import SandboxSession, SandboxSessionState
+from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+from agents.sandbox.session.dependencies import Dependencies
+from agents.sandbox.session.manager import Instrumentation
+from agents.sandbox.session.runtime_helpers import RuntimeHelperScript
+from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
+from agents.sandbox.session.workspace_payloads import coerce_write_payload
+from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
+from agents.sandbox.types import ExecResult, User
+from agents.sandbox.util.tar_utils import safe_extract_tarfile, should_skip_tar_member
 
 import strata
 from strata._agent import as_caps, describe_caps, format_result, tool_for
 
-__all__ = ["code_tool", "command_tool", "report_failure"]
+__all__ = [
+    "StrataSandboxClient",
+    "StrataSandboxClientOptions",
+    "StrataSandboxSession",
+    "StrataSandboxSessionState",
+    "code_tool",
+    "command_tool",
+    "report_failure",
+]
 
 
 def report_failure(ctx: RunContextWrapper[Any], error: Exception) -> str:
@@ -115,3 +164,402 @@ def command_tool(
         ),
         **_with_defaults(function_tool_kwargs),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Sandbox client (agents.sandbox): SDK sessions on Strata sessions
+# ---------------------------------------------------------------------------------------
+
+
+class StrataSandboxClientOptions(BaseSandboxClientOptions):
+    """Options of :class:`StrataSandboxClient` (``SandboxRunConfig.options``). None yet:
+    what a session may touch is fixed by the client's caps, not by run-time options."""
+
+    type: Literal["strata"] = "strata"
+
+
+class StrataSandboxSessionState(SandboxSessionState):
+    """Serializable state of a :class:`StrataSandboxSession`: the SDK's (manifest,
+    snapshot, ...) plus the id of the Strata session, which a client of the same process
+    reattaches to on ``resume``. The caps are never part of it: they stay with the client."""
+
+    type: Literal["strata"] = "strata"
+    strata_session_id: Optional[str] = None
+
+
+def _guest_str(path: Union[Path, PurePosixPath, str]) -> str:
+    return PurePosixPath(str(path)).as_posix()
+
+
+class StrataSandboxSession(BaseSandboxSession):
+    """An SDK sandbox session whose workspace is a Strata session.
+
+    Every ``exec`` is one sandbox run of the Strata session (``shell=True`` runs
+    ``sh -c``; the working directory is ``Manifest.root``); the manifest's environment is
+    set with ``env NAME=VALUE ...``. ``read`` and ``write`` copy bytes on the host side
+    (no run); paths outside the workspace are read with ``cat`` in a run and cannot be
+    written. ``ls``, ``mkdir``, ``rm``, ``mv`` and ``apply_patch`` run their commands in
+    the session. Snapshots (``persist_workspace``/``hydrate_workspace``) are tar streams of
+    the workspace's regular files and directories: Strata never copies a symlink, device
+    or hard-linked file out or in, so a workspace holding one cannot be persisted.
+
+    Not supported: manifest users and groups (``run_as``), extra path grants with a
+    ``host_path`` (give the session's caps the mount instead), PTYs and exposed ports.
+    Processes a call starts end with the call.
+    """
+
+    state: StrataSandboxSessionState
+
+    def __init__(self, *, state: StrataSandboxSessionState, client: "StrataSandboxClient") -> None:
+        self.state = state
+        self._client = client
+        self._strata: Optional[strata.AsyncSession] = None
+        self._helpers: Dict[str, RuntimeHelperScript] = {}
+
+    @property
+    def strata_session(self) -> Optional["strata.AsyncSession"]:
+        """The Strata session, once the SDK session has started (or been reattached)."""
+        return self._strata
+
+    def _live(self) -> "strata.AsyncSession":
+        session = self._strata
+        if session is None or session.closed:
+            raise ExecTransportError(
+                command=("strata",),
+                message="the Strata session is not open (start the sandbox session first)",
+            )
+        return session
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def _ensure_backend_started(self) -> None:
+        if self._strata is not None and not self._strata.closed:
+            return
+        found = self._client._find(self.state.strata_session_id)
+        if found is not None:
+            self._strata = found
+            self._set_start_state_preserved(True)
+            return
+        opened = self._client._open(self.state.manifest.root)
+        self._strata = opened
+        self.state.strata_session_id = str(opened.id)
+        self.state.workspace_root_ready = False
+        self._set_start_state_preserved(False)
+
+    async def _validate_manifest_application(
+        self,
+        *,
+        only_ephemeral: bool = False,
+        manifest: Optional[Manifest] = None,
+        session_running: Optional[bool] = None,
+    ) -> None:
+        await super()._validate_manifest_application(
+            only_ephemeral=only_ephemeral, manifest=manifest, session_running=session_running
+        )
+        _check_manifest(manifest or self.state.manifest)
+
+    async def _apply_manifest(
+        self,
+        *,
+        only_ephemeral: bool = False,
+        provision_accounts: bool = True,
+    ) -> MaterializationResult:
+        _check_manifest(self.state.manifest)
+        return await super()._apply_manifest(
+            only_ephemeral=only_ephemeral, provision_accounts=provision_accounts
+        )
+
+    async def provision_manifest_accounts(self) -> None:
+        _check_manifest(self.state.manifest)
+
+    async def running(self) -> bool:
+        return self._strata is not None and not self._strata.closed
+
+    # -- exec -------------------------------------------------------------------------
+
+    def _prepare_exec_command(
+        self,
+        *command: Union[str, Path],
+        shell: Union[bool, List[str]],
+        user: Union[str, User, None],
+    ) -> List[str]:
+        if user is not None:
+            raise ValueError(
+                "StrataSandboxSession runs commands as the sandbox's user only (no run_as)"
+            )
+        if shell is True:
+            shell = ["sh", "-c"]
+        return super()._prepare_exec_command(*command, shell=shell, user=None)
+
+    async def _ensure_runtime_helper_installed(self, helper: RuntimeHelperScript) -> PurePosixPath:
+        # Each call is a fresh sandbox whose /tmp is private: a helper installed there by
+        # one call is gone in the next. Remember it and run its script inline instead.
+        path = PurePosixPath(str(helper.install_path))
+        self._helpers[path.as_posix()] = helper
+        return path
+
+    async def _exec_internal(
+        self,
+        *command: Union[str, Path],
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
+        session = self._live()
+        argv = [str(part) for part in command]
+        helper = self._helpers.get(argv[0]) if argv else None
+        if helper is not None:
+            argv = ["sh", "-c", helper.content, argv[0], *argv[1:]]
+        environment = await self.state.manifest.environment.resolve()
+        if environment:
+            argv = ["env", *(f"{name}={value}" for name, value in environment.items()), *argv]
+        try:
+            result = await session.run(argv, timeout=timeout)
+        except strata.SandboxError as e:
+            raise ExecTransportError(command=tuple(command), cause=e) from e
+        if result.timed_out:
+            raise ExecTimeoutError(command=tuple(command), timeout_s=timeout)
+        exit_code = result.exit_code
+        if exit_code is None:
+            exit_code = 128 + int(result.signal) if result.signal is not None else 1
+        return ExecResult(
+            stdout=bytes(result.stdout_bytes),
+            stderr=bytes(result.stderr_bytes),
+            exit_code=exit_code,
+        )
+
+    # -- files ------------------------------------------------------------------------
+
+    def _in_workspace(self, path: Path) -> bool:
+        root = self.state.manifest.root.rstrip("/") or "/"
+        text = _guest_str(path)
+        return text == root or text.startswith(root + "/")
+
+    async def read(self, path: Path, *, user: Union[str, User, None] = None) -> io.IOBase:
+        if user is not None:
+            raise ValueError("StrataSandboxSession reads as the sandbox's user only (no run_as)")
+        target = self.normalize_path(path)
+        if not self._in_workspace(target):
+            return await self._read_with_cat(path, target)
+        try:
+            data = await self._live().read_file(_guest_str(target))
+        except strata.SandboxError as e:
+            if "not found: " in str(e) or "not a directory on the way" in str(e):
+                raise WorkspaceReadNotFoundError(path=path, cause=e) from e
+            raise WorkspaceArchiveReadError(path=path, context={"reason": str(e)}, cause=e) from e
+        return io.BytesIO(bytes(data))
+
+    async def _read_with_cat(self, path: Path, target: Path) -> io.IOBase:
+        result = await self.exec("cat", "--", _guest_str(target), shell=False)
+        if result.ok():
+            return io.BytesIO(result.stdout)
+        if b"No such file" in result.stderr:
+            raise WorkspaceReadNotFoundError(path=path)
+        raise WorkspaceArchiveReadError(
+            path=path, context={"stderr": result.stderr.decode("utf-8", errors="replace")[:4096]}
+        )
+
+    async def write(
+        self,
+        path: Path,
+        data: io.IOBase,
+        *,
+        user: Union[str, User, None] = None,
+    ) -> None:
+        if user is not None:
+            raise ValueError("StrataSandboxSession writes as the sandbox's user only (no run_as)")
+        payload = coerce_write_payload(path=path, data=data)
+        target = self.normalize_path(path, for_write=True)
+        if not self._in_workspace(target):
+            raise WorkspaceArchiveWriteError(
+                path=target, context={"reason": "outside the Strata session's workspace"}
+            )
+        content = payload.stream.read()
+        try:
+            await self._live().write_file(_guest_str(target), bytes(content))
+        except strata.SandboxError as e:
+            raise WorkspaceArchiveWriteError(
+                path=target, context={"reason": str(e)}, cause=e
+            ) from e
+
+    async def persist_workspace(self) -> io.IOBase:
+        session = self._live()
+        root = Path(self.state.manifest.root)
+        skip = self._persist_workspace_skip_relpaths()
+        scratch = Path(tempfile.mkdtemp(prefix="strata-persist-"))
+        try:
+            copy = scratch / "workspace"
+            try:
+                await session.download(".", str(copy))
+            except strata.SandboxError as e:
+                raise WorkspaceArchiveReadError(
+                    path=root, context={"reason": str(e)}, cause=e
+                ) from e
+            return await asyncio.to_thread(_tar_directory, copy, skip)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+
+    async def hydrate_workspace(self, data: io.IOBase) -> None:
+        session = self._live()
+        root = Path(self.state.manifest.root)
+        scratch = Path(tempfile.mkdtemp(prefix="strata-hydrate-"))
+        try:
+            tree = scratch / "workspace"
+            try:
+                await asyncio.to_thread(_extract_tar, data, tree)
+            except (tarfile.TarError, OSError, ValueError) as e:
+                raise WorkspaceArchiveWriteError(
+                    path=root, context={"reason": str(e)}, cause=e
+                ) from e
+            try:
+                await session.upload(str(tree), ".")
+            except strata.SandboxError as e:
+                raise WorkspaceArchiveWriteError(
+                    path=root, context={"reason": str(e)}, cause=e
+                ) from e
+        finally:
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+
+
+def _check_manifest(manifest: Manifest) -> None:
+    """Refuses what a Strata session cannot honour."""
+    if manifest.users or manifest.groups:
+        raise ValueError(
+            "StrataSandboxClient does not support manifest users or groups: every call runs "
+            "as the sandbox's one user"
+        )
+    for grant in manifest.extra_path_grants:
+        if grant.host_path is not None:
+            raise ValueError(
+                "StrataSandboxClient does not support the path grant host_path for "
+                f"{grant.path!r}: "
+                "give the client's caps a mount (read_only=[(host_path, path)]) instead"
+            )
+
+
+def _tar_directory(directory: Path, skip: Set[Path]) -> io.IOBase:
+    """An uncompressed tar of ``directory`` with workspace-relative member names."""
+    buffer = io.BytesIO()
+
+    def keep(member: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
+        if should_skip_tar_member(member.name, skip_rel_paths=skip, root_name=None):
+            return None
+        member.uid = member.gid = 0
+        member.uname = member.gname = ""
+        return member
+
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(str(directory), arcname=".", filter=keep)
+    buffer.seek(0)
+    return buffer
+
+
+def _extract_tar(data: io.IOBase, tree: Path) -> None:
+    with tarfile.open(fileobj=data, mode="r:*") as tar:
+        safe_extract_tarfile(tar, root=tree, allow_external_symlink_targets=False)
+
+
+class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]]):
+    """Creates SDK sandbox sessions that are Strata sessions.
+
+    ``sandbox`` is the :class:`strata.Sandbox` to open sessions on (default
+    ``strata.Sandbox()``, backend ``"auto"``; the SDK's tools need a shell, so a backend
+    with one: ``process``, ``container`` or ``microvm``). ``caps`` (default ``Caps()``)
+    bound every call of every session: they are fixed here, never taken from session state
+    or run options. ``max_transfer`` bounds each copy in or out (default 256 MiB).
+
+    ``create`` opens a Strata session whose workdir is ``Manifest.root`` (default
+    ``/workspace``) and materializes the manifest; ``delete`` closes it (its files are
+    removed); ``resume`` reattaches to the Strata session named in the state while this
+    client has it open, and otherwise opens a new one and restores the state's snapshot.
+    :meth:`close` closes every session the client still has open.
+    """
+
+    backend_id = "strata"
+    supports_default_options = True
+
+    def __init__(
+        self,
+        sandbox: Optional[strata.Sandbox] = None,
+        caps: Union[strata.Caps, Dict[str, Any], None] = None,
+        *,
+        max_transfer: Union[int, str, None] = None,
+        instrumentation: Optional[Instrumentation] = None,
+        dependencies: Optional[Dependencies] = None,
+    ) -> None:
+        self._sandbox = sandbox if sandbox is not None else strata.Sandbox()
+        self._caps = as_caps(caps)
+        self._max_transfer = max_transfer
+        self._instrumentation = (
+            instrumentation if instrumentation is not None else Instrumentation()
+        )
+        self._dependencies = dependencies
+        self._sessions: Dict[str, strata.AsyncSession] = {}
+        self._lock = threading.Lock()
+
+    def _open(self, workdir: str) -> "strata.AsyncSession":
+        session = self._sandbox.asession(
+            self._caps, workdir=workdir, max_transfer=self._max_transfer
+        )
+        with self._lock:
+            self._sessions[str(session.id)] = session
+        return session
+
+    def _find(self, session_id: Optional[str]) -> Optional["strata.AsyncSession"]:
+        if session_id is None:
+            return None
+        with self._lock:
+            found = self._sessions.get(session_id)
+        if found is None or found.closed:
+            return None
+        return found
+
+    async def create(
+        self,
+        *,
+        snapshot: Union[SnapshotSpec, SnapshotBase, None] = None,
+        manifest: Optional[Manifest] = None,
+        options: Optional[StrataSandboxClientOptions] = None,
+    ) -> SandboxSession:
+        manifest = manifest if manifest is not None else Manifest()
+        _check_manifest(manifest)
+        self._validate_manifest_for_create(manifest)
+        session_id = uuid.uuid4()
+        state = StrataSandboxSessionState(
+            session_id=session_id,
+            manifest=manifest,
+            snapshot=resolve_snapshot(snapshot, str(session_id)),
+        )
+        inner = StrataSandboxSession(state=state, client=self)
+        return self._wrap_session(inner, instrumentation=self._instrumentation)
+
+    async def delete(self, session: SandboxSession) -> SandboxSession:
+        inner = session._inner
+        if not isinstance(inner, StrataSandboxSession):
+            raise TypeError("StrataSandboxClient.delete expects a StrataSandboxSession")
+        live = inner.strata_session
+        session_id = inner.state.strata_session_id
+        if session_id is not None:
+            with self._lock:
+                self._sessions.pop(session_id, None)
+        if live is not None:
+            await live.close()
+        return session
+
+    async def resume(self, state: SandboxSessionState) -> SandboxSession:
+        if not isinstance(state, StrataSandboxSessionState):
+            raise TypeError("StrataSandboxClient.resume expects a StrataSandboxSessionState")
+        state.assert_path_grants_rebound()
+        _check_manifest(state.manifest)
+        inner = StrataSandboxSession(state=state, client=self)
+        return self._wrap_session(inner, instrumentation=self._instrumentation)
+
+    def deserialize_session_state(self, payload: Dict[str, object]) -> SandboxSessionState:
+        return self._deserialize_session_state_payload(payload, StrataSandboxSessionState)
+
+    async def close(self) -> None:
+        """Closes every Strata session this client still has open (their files are
+        removed)."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        for session in sessions:
+            await session.close()
