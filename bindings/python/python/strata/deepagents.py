@@ -523,6 +523,19 @@ class StrataSandboxProvider:
         if found is not None:
             found.close()
 
+    def close(self) -> None:
+        """Closes every session this provider still has open and the sandboxes it built
+        (not one given to it)."""
+        with self._lock:
+            backends = list(self._open.values())
+            sandboxes = list(self._sandboxes.values())
+            self._open.clear()
+            self._sandboxes.clear()
+        for backend in backends:
+            backend.close()
+        for sandbox in sandboxes:
+            sandbox.close()
+
     async def aget_or_create(
         self, *, sandbox_id: Optional[str] = None, **kwargs: Any
     ) -> StrataBackend:
