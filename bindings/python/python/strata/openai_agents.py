@@ -42,7 +42,7 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, List, Literal, Optional, Set, Union
+from typing import Any, Dict, List, Literal, Optional, Set, Union, final
 
 from agents import FunctionTool, RunContextWrapper, function_tool
 from agents.sandbox.errors import (
@@ -171,11 +171,15 @@ def command_tool(
 # ---------------------------------------------------------------------------------------
 
 
+@final
 class StrataSandboxClientOptions(BaseSandboxClientOptions):
     """Options of :class:`StrataSandboxClient` (``SandboxRunConfig.options``). None yet:
     what a session may touch is fixed by the client's caps, not by run-time options."""
 
     type: Literal["strata"] = "strata"
+
+    def __init__(self, *, type: Literal["strata"] = "strata") -> None:
+        super().__init__(type=type)
 
 
 class StrataSandboxSessionState(SandboxSessionState):
