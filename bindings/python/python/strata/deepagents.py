@@ -119,7 +119,8 @@ class StrataBackend(BaseSandbox):
     :data:`TIMEOUT_EXIT_CODE` (124) and its output so far with a note; one killed by another
     limit (memory, output, ...) returns ``128 + signal`` with a note. ``truncated`` is set
     when the session's output limit (caps ``output``, default 1 MiB per stream) cut stdout
-    or stderr. A run the sandbox refuses (a policy, invalid caps) returns the reason as
+    or stderr; Strata kills the command when that happens, so raise ``output`` in the caps
+    for chatty commands. A run the sandbox refuses (a policy, invalid caps) returns the reason as
     output with ``exit_code=None``; it never raises.
     """
 
