@@ -2,7 +2,9 @@
 // documented, and misuses that must not compile marked with @ts-expect-error. The runtime
 // side of the same surface is test/exports.test.js.
 
-import { tool as aiTool, generateText, stepCountIs } from 'ai'
+// `ai` (v7) is an ES module: its types come in as such into this CommonJS-typed file.
+declare const ai: typeof import('ai', { with: { 'resolution-mode': 'import' } })
+const { tool: aiTool, generateText, stepCountIs } = ai
 import {
   aiSdkTool,
   BackendUnavailableError,
@@ -194,7 +196,7 @@ async function adapters(sandbox: Sandbox): Promise<void> {
   // The Vercel AI SDK: tool() of the real `ai` package accepts the adapter's result.
   const forAi: AiSdkTool<{ code: string }> = aiSdkTool(python)
   const viaTool = aiTool(forAi)
-  const out = await viaTool.execute?.({ code: 'print(1)' }, { toolCallId: 'c', messages: [] })
+  const out = await viaTool.execute?.({ code: 'print(1)' }, { toolCallId: 'c', messages: [], context: {} })
   void out
   const tools = { python: aiSdkTool(python), command: aiSdkTool(command) }
   type Model = Parameters<typeof generateText>[0]['model']
