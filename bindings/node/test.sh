@@ -5,7 +5,8 @@
 #      in the workspace target dir (already built by the Rust suite, so nothing heavy is
 #      compiled again), and npm installs the dev dependencies (typescript, ai, @types/*) from
 #      the registry as pinned by package-lock.json;
-#   2. `tsc --noEmit` over test/types.ts and examples/node/agent.mjs against index.d.ts;
+#   2. `tsc --noEmit` over test/types.ts, test/vercel-types.ts and the examples against
+#      index.d.ts and vercel.d.ts;
 #   3. the package installed into another project, as an application does, and the example
 #      run from there;
 #   4. `node --test`, whose summary closes the output.
@@ -21,7 +22,7 @@ step "npm install (builds the native addon and strata-helper with cargo)"
   || echo "warning: the addon build will recompile crates CI already built"
 npm install --no-audit --no-fund --foreground-scripts
 
-step "tsc --noEmit (index.d.ts against test/types.ts and the example)"
+step "tsc --noEmit (index.d.ts and vercel.d.ts against test/types.ts, test/vercel-types.ts and the examples)"
 npx --no-install tsc -p tsconfig.json
 echo "tsc: no errors"
 
