@@ -35,31 +35,10 @@
  */
 
 import type { Readable, Writable } from 'node:stream'
-import type { Caps, RunResult, Sandbox } from './index.js'
+import type { Caps, RunResult, Sandbox, Session } from './index.js'
 
-/**
- * What these classes use of a Strata session (`sandbox.session(caps, options)`), per the
- * session API. Any session of this package has it.
- */
-export interface SessionLike {
-  readonly id: string
-  readonly workdir: string
-  readonly closed: boolean
-  run(
-    tool: readonly string[],
-    options?: {
-      signal?: AbortSignal
-      onStdout?: (chunk: Buffer) => void
-      onStderr?: (chunk: Buffer) => void
-      timeoutMs?: number
-    },
-  ): Promise<RunResult>
-  writeFile(path: string, data: Buffer | Uint8Array | string): Promise<void>
-  readFile(path: string): Promise<Buffer>
-  listFiles(path?: string): Promise<Array<{ path: string; name: string; kind: 'file' | 'dir' | 'symlink' | 'other'; size: number; mode: number }>>
-  remove(path: string): Promise<void>
-  close(): Promise<void>
-}
+/** The Strata session these classes wrap (`sandbox.session(caps, options)`). */
+export type SessionLike = Session
 
 // ---------------------------------------------------------------------------------------
 // @vercel/sandbox
