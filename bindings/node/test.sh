@@ -44,6 +44,17 @@ ai_version="$(node -p "require('./node_modules/ai/package.json').version")"
     'planner got: {"fixed":"add"}' "audit log intact:"; do
     grep -qF "$expected" two_agents.out || { echo "two_agents.mjs: missing: $expected" >&2; exit 1; }
   done
+  cp "$root/examples/node/sessions.mjs" "$root/examples/node/vercel.mjs" .
+  node sessions.mjs | tee sessions.out
+  for expected in "call 1: rows 3" "call 2 reads call 1's file: 345" "call 3 timed out: true" \
+    "streamed: streamed" "downloaded total: 345" "closed: true"; do
+    grep -qF "$expected" sessions.out || { echo "sessions.mjs: missing: $expected" >&2; exit 1; }
+  done
+  node vercel.mjs | tee vercel.out
+  for expected in "runCommand: 0 42" "detached stdout: started" "session.run: 0 42" \
+    "readTextFile: 42" "missing file: null"; do
+    grep -qF "$expected" vercel.out || { echo "vercel.mjs: missing: $expected" >&2; exit 1; }
+  done
 )
 
 step "node --test"
