@@ -230,7 +230,7 @@ fn sweep_once(parent: &Path) {
 }
 
 impl Session {
-    /// The session's id (`s-` and 16 hex digits).
+    /// The session's id (`s-` and 32 hex digits: 128 random bits).
     pub fn id(&self) -> &str {
         &self.inner.id
     }

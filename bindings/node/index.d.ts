@@ -228,7 +228,7 @@ export interface FileEntry {
  */
 export declare class Session {
   private constructor()
-  /** `s-` and 16 hex digits. */
+  /** `s-` and 32 hex digits (128 random bits). */
   readonly id: string
   /** Guest path of the session's directory. */
   readonly workdir: string

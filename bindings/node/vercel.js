@@ -436,7 +436,7 @@ class StrataSandbox {
     return this.#caps
   }
 
-  /** The session id (`s-` and 16 hex digits): @vercel/sandbox v1/v2's `sandboxId`. */
+  /** The session id (`s-` and 32 hex digits): @vercel/sandbox v1/v2's `sandboxId`. */
   get sandboxId() {
     return this.#session.id
   }

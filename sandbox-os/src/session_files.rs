@@ -201,7 +201,7 @@ impl SessionFiles {
         let mut last = io::Error::other("no free name");
         let mut base = None;
         for _ in 0..16 {
-            let id = random_hex();
+            let id = session_token()?;
             let path = parent.join(format!("strata-session-{id}"));
             match std::fs::DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => {
@@ -244,7 +244,8 @@ impl SessionFiles {
         }
     }
 
-    /// The 16 hex digits naming this directory (`strata-session-ID`).
+    /// The 32 hex digits (128 random bits from the OS) naming this directory
+    /// (`strata-session-ID`); unguessable, so a server may hand it out as a handle.
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -545,6 +546,14 @@ impl Drop for SessionFiles {
             tracing::warn!(error = %e, "session directory left behind");
         }
     }
+}
+
+/// 128 bits from the OS's random source, as 32 hex digits.
+fn session_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Error::internal("reading the OS random source", io::Error::other(e)))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Opens the embedder's upload source (a file or a directory) without following a symlink

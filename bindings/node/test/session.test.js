@@ -23,7 +23,7 @@ describe('Session', () => {
     const before = new Set(sessionDirs())
     const s = sandbox.session()
     assert.ok(s instanceof Session)
-    assert.match(s.id, /^s-[0-9a-f]{16}$/)
+    assert.match(s.id, /^s-[0-9a-f]{32}$/)
     assert.equal(s.workdir, '/workspace')
     await s.writeFile('notes.txt', 'one\n')
     assert.equal((await s.run(['/bin/sh', '-c', 'echo two >> notes.txt'])).exitCode, 0)

@@ -75,7 +75,7 @@ describe('package surface', () => {
 describe('StrataSandbox (the @vercel/sandbox Sandbox shape)', () => {
   test('runCommand(cmd, args) waits and returns a CommandFinished', async (t) => {
     const sandbox = await strataSandbox(t)
-    assert.match(sandbox.sandboxId, /^s-[0-9a-f]{16}$/)
+    assert.match(sandbox.sandboxId, /^s-[0-9a-f]{32}$/)
     assert.equal(sandbox.name, sandbox.sandboxId)
     assert.equal(sandbox.sandboxId, sandbox.session.id)
     assert.equal(sandbox.cwd, '/workspace')
@@ -349,7 +349,7 @@ function scriptedModel(MockModel, calls) {
 describe('StrataSandboxSession (the AI SDK Experimental_SandboxSession shape)', () => {
   test('run: bash, workingDirectory, env, exit codes; abortSignal kills', async (t) => {
     const sandbox = sandboxSession(t)
-    assert.match(sandbox.description, /Strata sandbox session s-[0-9a-f]{16}/)
+    assert.match(sandbox.description, /Strata sandbox session s-[0-9a-f]{32}/)
     assert.match(sandbox.description, /\/workspace/)
     assert.deepEqual(await sandbox.run({ command: 'echo "$((6 * 7))"; echo e >&2; [[ 1 == 1 ]] && exit 5' }), {
       exitCode: 5,

@@ -246,7 +246,7 @@ impl PySession {
         py.detach(|| self.session.close()).py_err(py)
     }
 
-    /// The session's id (`s-` and 16 hex digits).
+    /// The session's id (`s-` and 32 hex digits: 128 random bits).
     #[getter]
     fn id(&self) -> &str {
         self.session.id()

@@ -49,16 +49,13 @@ _WRITE_SKEW = (
     "langchain-tests 1.1.9 expects write() to refuse an existing file; the deepagents 0.7.32 "
     "protocol says write() creates or overwrites"
 )
-_NO_PYTHON = (
-    "the test runs `python`; Debian's /usr/bin has only python3 (test_large_output_python3 "
-    "covers the same payload)"
-)
 
 
 class _StrataStandard(SandboxIntegrationTests):
     """The standard suite on a Strata session: the test root is inside the workdir, the
-    only place files persist and can be copied. Overrides are the version skews and the
-    host's missing `python` only, each marked xfail with the reason."""
+    only place files persist and can be copied. Overrides are the version skews between
+    langchain-tests and deepagents only, each marked xfail with the reason (the suite's
+    payload tests run `python`: scripts/deps.sh installs Debian's python-is-python3)."""
 
     pytestmark = [
         pytest.mark.asyncio(loop_scope="class"),
@@ -108,16 +105,6 @@ class _StrataStandard(SandboxIntegrationTests):
         self, sandbox_backend: SandboxBackendProtocol, sandbox_test_root: str
     ) -> None:
         super().test_write_existing_file_fails(sandbox_backend, sandbox_test_root)
-
-    @pytest.mark.xfail(reason=_NO_PYTHON, raises=AssertionError, strict=False)
-    def test_execute_large_stdout_payload(self, sandbox_backend: SandboxBackendProtocol) -> None:
-        super().test_execute_large_stdout_payload(sandbox_backend)
-
-    @pytest.mark.xfail(reason=_NO_PYTHON, raises=AssertionError, strict=False)
-    async def test_aexecute_large_stdout_payload(
-        self, sandbox_backend: SandboxBackendProtocol
-    ) -> None:
-        await super().test_aexecute_large_stdout_payload(sandbox_backend)
 
 
 class TestStrataBackendStandard(_StrataStandard):

@@ -144,7 +144,7 @@ class StrataBackend(BaseSandbox):
 
     @property
     def id(self) -> str:
-        """The Strata session id (``s-`` and 16 hex digits)."""
+        """The Strata session id (``s-`` and 32 hex digits)."""
         return str(self._session.id)
 
     @property
