@@ -370,23 +370,30 @@ impl Sandbox {
     #[cfg(feature = "process")]
     fn process_backend(&self) -> Arc<sandbox_os::ProcessBackend> {
         Arc::clone(self.inner.process.get_or_init(|| {
-            let backend = match &self.inner.helper {
-                Some(path) => sandbox_os::ProcessBackend::with_helper(path),
-                None => sandbox_os::ProcessBackend::new(),
-            };
-            let backend = match self.inner.id_range {
-                Some(range) => backend.with_id_range(range),
-                None => backend,
-            };
-            let backend = match self.inner.cache_host_probe {
-                true => backend.with_probe_cache(),
-                false => backend,
-            };
+            let backend = self.configured_process();
             Arc::new(match self.inner.warm_pool {
                 Some(per_shape) => backend.with_warm_pool(per_shape),
                 None => backend,
             })
         }))
+    }
+
+    /// A process backend with this sandbox's helper, id range and probe cache (no warm
+    /// pool setting).
+    #[cfg(feature = "process")]
+    fn configured_process(&self) -> sandbox_os::ProcessBackend {
+        let backend = match &self.inner.helper {
+            Some(path) => sandbox_os::ProcessBackend::with_helper(path),
+            None => sandbox_os::ProcessBackend::new(),
+        };
+        let backend = match self.inner.id_range {
+            Some(range) => backend.with_id_range(range),
+            None => backend,
+        };
+        match self.inner.cache_host_probe {
+            true => backend.with_probe_cache(),
+            false => backend,
+        }
     }
 
     /// The backend instance for `kind`.
@@ -416,11 +423,14 @@ impl Sandbox {
                     self.process_backend(),
                 ))
             }))),
-            BackendKind::Microvm => {
-                Ok(Arc::clone(self.inner.microvm.get_or_init(|| {
-                    Arc::new(sandbox_vm::MicrovmBackend::new())
-                })))
-            }
+            BackendKind::Microvm => Ok(Arc::clone(self.inner.microvm.get_or_init(|| {
+                let vm = sandbox_vm::MicrovmBackend::new();
+                // QEMU's jail uses this sandbox's helper and id range (an embedder such as
+                // a Python or Node process has no helper next to its executable).
+                #[cfg(feature = "process")]
+                let vm = vm.jailed_in(Arc::new(self.configured_process().with_warm_pool(0)));
+                Arc::new(vm)
+            }))),
             other => Err(Error::unavailable(other, not_built_reason(other))),
         }
     }

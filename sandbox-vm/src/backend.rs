@@ -137,6 +137,16 @@ impl MicrovmBackend {
         self
     }
 
+    /// Confine QEMU in `jail` (a process backend configured by the embedder: its helper
+    /// binary, id range; give it no warm pool) instead of a default
+    /// [`sandbox_os::ProcessBackend`], which looks for `strata-helper` next to the running
+    /// executable or in `$STRATA_HELPER`.
+    pub fn jailed_in(mut self, jail: Arc<dyn Backend>) -> Self {
+        self.vmm = Arc::new(Qemu::default().jailed(jail));
+        self.confined = true;
+        self
+    }
+
     /// Another VMM implementation (default: [`Qemu`], jailed).
     pub fn with_vmm(mut self, vmm: Arc<dyn Vmm>) -> Self {
         self.vmm = vmm;

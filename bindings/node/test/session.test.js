@@ -132,3 +132,28 @@ describe('Session', () => {
     }
   })
 })
+
+describe('Session on the microvm backend', () => {
+  test('files persist between calls in fresh guests', async () => {
+    const { execFileSync } = require('node:child_process')
+    const root = path.resolve(__dirname, '..', '..', '..')
+    const target = process.env.CARGO_TARGET_DIR ?? path.join(root, 'target')
+    const agent = path.join(target, 'release', 'strata-guest-agent')
+    assert.ok(fs.existsSync(agent), `${agent} missing: cargo build --release --workspace --bins`)
+    execFileSync(path.join(root, 'scripts', 'build-vm-guest.sh'), { stdio: ['ignore', 'ignore', 'inherit'] })
+    process.env.STRATA_VM_AGENT = agent
+    const vm = new Sandbox({ backend: 'microvm' })
+    const s = vm.session()
+    try {
+      await s.writeFile('in.bin', Buffer.from([97, 0, 98]))
+      const first = await s.run(['/bin/sh', '-c', "od -An -c in.bin | tr -s ' ' > seen.txt"])
+      assert.equal(first.exitCode, 0, first.stderr)
+      assert.equal(first.receipt.backend, 'microvm')
+      const second = await s.run(['/bin/sh', '-c', 'cat seen.txt; echo more >> seen.txt'])
+      assert.equal(second.stdout.trim(), 'a \\0 b')
+      assert.equal((await s.readFile('seen.txt')).toString(), ' a \\0 b\nmore\n')
+    } finally {
+      await s.close()
+    }
+  })
+})

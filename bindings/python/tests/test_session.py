@@ -141,3 +141,27 @@ def test_profile_session_table_sets_the_workdir(tmp_path: Path) -> None:
     with strata.Sandbox(profile=profile, warm_pool=0) as sandbox, sandbox.session() as s:
         assert s.workdir == "/work"
         assert s.run(["pwd"]).stdout == "/work\n"
+
+
+def test_microvm_session_keeps_files_between_calls_in_fresh_guests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[3]
+    target = Path(os.environ.get("CARGO_TARGET_DIR", root / "target"))
+    agent = target / "release" / "strata-guest-agent"
+    assert agent.is_file(), f"{agent} missing: cargo build --release --workspace --bins"
+    built = subprocess.run(
+        [str(root / "scripts" / "build-vm-guest.sh")], capture_output=True, text=True
+    )
+    assert built.returncode == 0, "scripts/build-vm-guest.sh failed:\n" + built.stderr
+    monkeypatch.setenv("STRATA_VM_AGENT", str(agent))
+    with strata.Sandbox(backend="microvm") as vm, vm.session() as s:
+        s.write_file("in.bin", b"a\0b")
+        first = s.run(["/bin/sh", "-c", "od -An -c in.bin | tr -s ' ' > seen.txt"])
+        assert first.ok, first.stderr
+        assert first.receipt.backend == "microvm"
+        second = s.run(["/bin/sh", "-c", "cat seen.txt; echo more >> seen.txt"])
+        assert second.stdout.strip() == "a \\0 b"
+        assert s.read_file("seen.txt") == b" a \\0 b\nmore\n"
