@@ -34,6 +34,55 @@ pub enum Command {
     /// (stdio, or streamable HTTP with --http). Every run gets the profile's caps; a client
     /// cannot widen them.
     Mcp(McpArgs),
+    /// Kubernetes (kubernetes-sigs/agent-sandbox): the objects a tier or profile becomes.
+    #[command(subcommand)]
+    Kube(KubeCommand),
+}
+
+/// `strata kube ...`.
+#[derive(Debug, Subcommand)]
+pub enum KubeCommand {
+    /// Print the YAML of the four agent-sandbox objects of a tier or profile (a
+    /// SandboxTemplate with the hardened pod and its network policy, a SandboxWarmPool, a
+    /// SandboxClaim, and the Sandbox the claim controller makes, which the admission
+    /// policy sees). `kubectl create -f -` takes it.
+    Render(KubeRenderArgs),
+}
+
+/// `strata kube render`.
+#[derive(Debug, Args)]
+pub struct KubeRenderArgs {
+    /// The profile whose caps (limits, network) and tier name the objects carry.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "tier",
+        required_unless_present = "tier"
+    )]
+    pub profile: Option<PathBuf>,
+    /// A built-in tier (low, medium, high) instead of a profile.
+    #[arg(long, value_name = "NAME")]
+    pub tier: Option<String>,
+    /// The pod's image; it must hold the Strata guest agent at /strata/strata-guest-agent.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: String,
+    /// The runtime class: gvisor (default), kata-qemu or kata-fc.
+    #[arg(long, value_name = "CLASS", default_value = "gvisor")]
+    pub boundary: String,
+    /// The objects' name suffix (strata-NAME). Default: the tier's name, else the profile
+    /// file's stem.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// The namespace of every object. Default: none (kubectl's current namespace).
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Pods the warm pool keeps started.
+    #[arg(long = "warm-pool", value_name = "N", default_value_t = 1)]
+    pub warm_pool: u32,
+    /// The egress proxy the pods may reach (needed when the network is an allowlist):
+    /// IP:PORT, or pods:NAMESPACE/LABEL=VALUE[,...]:PORT.
+    #[arg(long = "egress-proxy", value_name = "PROXY")]
+    pub egress_proxy: Option<String>,
 }
 
 /// `strata mcp`.
@@ -563,7 +612,7 @@ mod tests {
             .map_err(|e| Error::invalid(e.to_string()))?;
         match cli.command {
             Command::Run(run) => run.into_request(),
-            Command::Doctor { .. } | Command::Audit(_) | Command::Mcp(_) => {
+            Command::Doctor { .. } | Command::Audit(_) | Command::Mcp(_) | Command::Kube(_) => {
                 Err(Error::invalid("not run"))
             }
         }

@@ -10,6 +10,7 @@
 
 mod approve;
 mod args;
+mod kube;
 mod mcp;
 mod sanitize;
 
@@ -23,7 +24,7 @@ use strata::{doctor, Error, ErrorKind, OutputSink, RunContext, Sandbox, StdinSou
 
 use sanitize::Sanitizer;
 
-use args::{AuditCommand, Cli, Command, RunArgs};
+use args::{AuditCommand, Cli, Command, KubeCommand, RunArgs};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
         }
         Command::Audit(AuditCommand::Verify { file, head }) => audit_verify(&file, head.as_deref()),
         Command::Mcp(args) => mcp::main(args),
+        Command::Kube(KubeCommand::Render(args)) => kube::render_command(&args),
     }
 }
 

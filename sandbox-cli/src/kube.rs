@@ -1,0 +1,65 @@
+//! `strata kube render`: the agent-sandbox objects of a tier or profile, as YAML
+//! ([`sandbox_kube::render`]).
+
+use std::process::ExitCode;
+
+use sandbox_kube::{render, to_yaml, Boundary, EgressProxy, RenderInput};
+use strata::policy::Tier;
+use strata::Profile;
+
+use crate::args::KubeRenderArgs;
+
+/// The render input the arguments describe.
+fn input(args: &KubeRenderArgs) -> Result<RenderInput, String> {
+    let boundary: Boundary = args.boundary.parse().map_err(|e| format!("{e}"))?;
+    let mut input = match (&args.tier, &args.profile) {
+        (Some(name), _) => {
+            // Only the tier's network scope goes into the objects; its home is irrelevant.
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/".into());
+            let tier = Tier::preset(name, std::path::Path::new(&home)).ok_or_else(|| {
+                format!("unknown tier {name:?} (built-in tiers: low, medium, high)")
+            })?;
+            RenderInput::for_tier(&tier, args.image.clone(), boundary)
+        }
+        (None, Some(path)) => {
+            let profile = Profile::load(path).map_err(|e| e.to_string())?;
+            let name = profile.tier.clone().unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+            RenderInput::new(name, args.image.clone(), boundary, profile.caps)
+        }
+        (None, None) => return Err("give --profile FILE or --tier NAME".into()),
+    };
+    if let Some(name) = &args.name {
+        input.name = name.clone();
+    }
+    if let Some(ns) = &args.namespace {
+        input = input.with_namespace(ns.clone());
+    }
+    if let Some(proxy) = &args.egress_proxy {
+        let proxy: EgressProxy = proxy.parse().map_err(|e| format!("{e}"))?;
+        input = input.with_egress_proxy(proxy);
+    }
+    Ok(input.with_warm_pool(args.warm_pool))
+}
+
+/// Prints the YAML stream, or the reason nothing can be rendered (exit 2).
+pub fn render_command(args: &KubeRenderArgs) -> ExitCode {
+    let yaml = input(args).and_then(|input| {
+        render(&input)
+            .and_then(|rendered| to_yaml(&rendered))
+            .map_err(|e| e.to_string())
+    });
+    match yaml {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("strata: invalid request: {why}");
+            ExitCode::from(2)
+        }
+    }
+}
