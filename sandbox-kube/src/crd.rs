@@ -288,6 +288,77 @@ pub struct SandboxClaim {
     pub metadata: ObjectMeta,
     /// The desired state.
     pub spec: SandboxClaimSpec,
+    /// What the claim controller reports; `None` in what Strata writes (the API server
+    /// ignores a written status on create), set in what it reads back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<SandboxClaimStatus>,
+}
+
+/// `SandboxClaim.status`, as the claim controller writes it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxClaimStatus {
+    /// The claim's conditions; `Ready` with status `True` once its sandbox is ready.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The sandbox bound to the claim, once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<ClaimedSandbox>,
+}
+
+impl SandboxClaimStatus {
+    /// The condition of type `kind`, if reported.
+    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == kind)
+    }
+
+    /// The name of the bound sandbox when the claim is ready: a `Ready` condition with
+    /// status `True` and a non-empty `sandbox.name`.
+    pub fn ready_sandbox(&self) -> Option<&ClaimedSandbox> {
+        let ready = self.condition(CONDITION_READY)?;
+        if ready.status != "True" {
+            return None;
+        }
+        self.sandbox.as_ref().filter(|s| !s.name.is_empty())
+    }
+}
+
+/// The condition type the claim controller sets once the claim's sandbox is ready.
+pub const CONDITION_READY: &str = "Ready";
+
+/// One entry of `status.conditions` (the Kubernetes `metav1.Condition` shape).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// The condition's type, e.g. `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// A machine-readable reason (CamelCase).
+    #[serde(default)]
+    pub reason: String,
+    /// A human-readable message.
+    #[serde(default)]
+    pub message: String,
+    /// When the status last changed (RFC 3339), as the server wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    /// The `metadata.generation` the condition was set for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// `SandboxClaim.status.sandbox`: the sandbox bound to a claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedSandbox {
+    /// The `Sandbox`'s name, in the claim's namespace.
+    #[serde(default)]
+    pub name: String,
+    /// The pod's IP addresses.
+    #[serde(default, rename = "podIPs", skip_serializing_if = "Vec::is_empty")]
+    pub pod_ips: Vec<String>,
 }
 
 /// `SandboxClaim.spec`, the fields Strata sets. No `env` and no volume claim templates:

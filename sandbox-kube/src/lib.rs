@@ -19,11 +19,16 @@
 //! assert!(to_yaml(&rendered).unwrap().contains("kind: SandboxWarmPool"));
 //! ```
 //!
+//! With the cargo feature `client`, [`client::Cluster`] applies the objects to a cluster
+//! through kube-rs, claims sandboxes, waits for a claim to bind and releases it.
+//!
 //! [kubernetes-sigs/agent-sandbox]: https://github.com/kubernetes-sigs/agent-sandbox
 
 #![deny(missing_docs)]
 
 pub mod check;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod crd;
 pub mod render;
 

@@ -582,6 +582,7 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
                 shutdown_policy: ShutdownPolicy::Delete,
             },
         },
+        status: None,
     };
     let sandbox = Sandbox {
         api_version: Kind::Sandbox.api_version(),
