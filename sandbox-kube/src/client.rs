@@ -11,7 +11,7 @@
 //! | [`Cluster::apply_tier`] | `POST` template and warm pool; on `409 AlreadyExists`, `GET` and, when the stored spec differs, `PUT` with the stored `resourceVersion` | yes |
 //! | [`Cluster::claim`] | `POST` a `SandboxClaim` (`generateName`) | no: each call is a new claim |
 //! | [`Cluster::get_claim`] | `GET` a claim | yes |
-//! | [`Cluster::wait_ready`] | `GET` list by name, then `watch` from its `resourceVersion`; re-list on `410 Gone` | yes |
+//! | [`Cluster::wait_ready`] | `GET` list by name, then `watch` from its `resourceVersion` (resumed from the last version or bookmark seen when the server ends it); re-list on `410 Gone` | yes |
 //! | [`Cluster::release`] | `DELETE` a claim; `404` counts as done | yes |
 //!
 //! The four CRD structs implement [`kube::Resource`] here (namespaced, `DynamicType = ()`),
@@ -64,6 +64,10 @@ impl_resource!(Sandbox, SandboxTemplate, SandboxWarmPool, SandboxClaim);
 /// How long one watch request asks the server to stay open (`timeoutSeconds`) before
 /// [`Cluster::wait_ready`] re-watches from the last version it saw.
 pub const WATCH_SECONDS: u32 = 290;
+
+/// How long [`Cluster::wait_ready`] pauses before re-watching after a watch the server
+/// ended without any event.
+pub const EMPTY_WATCH_PAUSE: Duration = Duration::from_secs(1);
 
 /// How many `410 Gone` in a row [`Cluster::wait_ready`] re-lists after before giving up
 /// with [`ClusterError::WatchExpired`] (a claim event in between resets the count).
@@ -539,7 +543,9 @@ impl Cluster {
                     }
                     Err(e) => return Err(self.error(e, Kind::SandboxClaim, name, Verb::Watch)),
                 };
+                let mut seen_any = false;
                 while let Some(event) = events.next().await {
+                    seen_any = true;
                     let event = match event {
                         Ok(event) => event,
                         Err(kube::Error::Api(status)) if status.code == 410 => {
@@ -586,7 +592,12 @@ impl Cluster {
                         }
                     }
                 }
-                // The server ended the watch (its timeout): resume from the last version.
+                // The server ended the watch (its timeout): resume from the last version,
+                // after a pause if it ended without a single event (no busy loop against a
+                // server that closes watches at once).
+                if !seen_any {
+                    tokio::time::sleep(EMPTY_WATCH_PAUSE).await;
+                }
             }
         }
     }

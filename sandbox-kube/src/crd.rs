@@ -395,3 +395,33 @@ pub enum ShutdownPolicy {
 impl Object for SandboxClaim {
     const KIND: Kind = Kind::SandboxClaim;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_status_reads_ready_and_bound_sandbox() {
+        let status = |ready: &str, sandbox: serde_json::Value| -> SandboxClaimStatus {
+            let json = serde_json::json!({
+                "conditions": [{"type": "Ready", "status": ready, "reason": "R", "message": "m",
+                                "lastTransitionTime": "2026-11-27T05:00:00Z"}],
+                "sandbox": sandbox,
+            });
+            serde_json::from_value(json).expect("a claim status")
+        };
+        let bound = status(
+            "True",
+            serde_json::json!({"name": "s1", "podIPs": ["10.0.0.7"]}),
+        );
+        let sandbox = bound.ready_sandbox().expect("ready");
+        assert_eq!((sandbox.name.as_str(), sandbox.pod_ips.len()), ("s1", 1));
+        assert!(status("False", serde_json::json!({"name": "s1"}))
+            .ready_sandbox()
+            .is_none());
+        assert!(status("True", serde_json::json!({"name": ""}))
+            .ready_sandbox()
+            .is_none());
+        assert!(SandboxClaimStatus::default().ready_sandbox().is_none());
+    }
+}

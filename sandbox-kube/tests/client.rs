@@ -495,6 +495,82 @@ async fn wait_ready_lists_then_watches_until_ready() {
 }
 
 #[tokio::test]
+async fn wait_ready_resumes_an_ended_watch_from_the_last_version_or_bookmark() {
+    let (cluster, mut handle) = mock_cluster();
+    let bound = run(
+        async move { cluster.wait_ready("c1", Duration::from_secs(30)).await },
+        async move {
+            let (_, send) = next(&mut handle).await;
+            reply(send, 200, &claim_list("100", vec![claim("c1", "99", None)]));
+
+            // The server ends this watch after one event: resume from its version.
+            let (seen, send) = next(&mut handle).await;
+            assert_watch(&seen, "c1", "100");
+            assert!(
+                seen.query.contains("allowWatchBookmarks=true"),
+                "{}",
+                seen.query
+            );
+            reply_raw(
+                send,
+                200,
+                events(&[("ADDED", claim("c1", "101", Some(false)))]),
+            );
+
+            // And this one after a bookmark: resume from the bookmark, no re-list.
+            let (seen, send) = next(&mut handle).await;
+            assert_watch(&seen, "c1", "101");
+            let bookmark = json!({
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxClaim",
+                "metadata": {"resourceVersion": "150"},
+            });
+            reply_raw(send, 200, events(&[("BOOKMARK", bookmark)]));
+
+            let (seen, send) = next(&mut handle).await;
+            assert_watch(&seen, "c1", "150");
+            reply_raw(
+                send,
+                200,
+                events(&[("MODIFIED", claim("c1", "151", Some(true)))]),
+            );
+            handle
+        },
+    )
+    .await
+    .expect("ready");
+    assert_eq!(bound.sandbox, "c1-sbx");
+}
+
+#[tokio::test]
+async fn wait_ready_pauses_then_rewatches_after_an_empty_watch() {
+    let (cluster, mut handle) = mock_cluster();
+    let started = std::time::Instant::now();
+    let bound = run(
+        async move { cluster.wait_ready("c1", Duration::from_secs(30)).await },
+        async move {
+            let (_, send) = next(&mut handle).await;
+            reply(send, 200, &claim_list("100", vec![claim("c1", "99", None)]));
+            let (seen, send) = next(&mut handle).await;
+            assert_watch(&seen, "c1", "100");
+            reply_raw(send, 200, Vec::new());
+            let (seen, send) = next(&mut handle).await;
+            assert_watch(&seen, "c1", "100");
+            reply_raw(
+                send,
+                200,
+                events(&[("MODIFIED", claim("c1", "101", Some(true)))]),
+            );
+            handle
+        },
+    )
+    .await
+    .expect("ready");
+    assert_eq!(bound.sandbox, "c1-sbx");
+    assert!(started.elapsed() >= sandbox_kube::client::EMPTY_WATCH_PAUSE);
+}
+
+#[tokio::test]
 async fn wait_ready_already_ready_needs_no_watch() {
     let (cluster, mut handle) = mock_cluster();
     let bound = run(
