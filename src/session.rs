@@ -272,6 +272,11 @@ impl Session {
         }
         let number = self.inner.next_call.fetch_add(1, Ordering::SeqCst);
         self.calls().push((number, call.ctx.cancel.clone()));
+        // A close() that ran between the check above and the push did not see this call's
+        // token: it set `closed` before cancelling the registered ones, so this sees it.
+        if self.is_closed() {
+            call.ctx.cancel.cancel();
+        }
         let result = self
             .inner
             .sandbox

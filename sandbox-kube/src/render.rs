@@ -13,7 +13,7 @@
 //! | container | requests = limits: `cpu`, `memory` from the caps' limits | the pod is Guaranteed and cannot starve its node |
 //! | pod | one `emptyDir` (size limit = the caps' disk limit) mounted at [`WORKSPACE`] and `/tmp` | the caps' disk limit covers `/tmp` and the work directory together |
 //! | pod | `dnsPolicy: None`, nameserver `127.0.0.1` | no cluster DNS: names are resolved by the egress proxy; lookups in the pod fail at once instead of timing out |
-//! | container | `command`: [`AGENT_COMMAND`], no `env`, no other volume | the guest agent is the entrypoint; per-run caps reach it over Strata's agent channel after the claim binds, so every warm pod of a template is the same |
+//! | container | `command`: [`AGENT_COMMAND`], `workingDir` [`WORKSPACE`], no `env`, no other volume | the guest agent is the entrypoint; each run is [`AGENT_SERVE`] exec'd in the claimed pod, its caps sent over that stream (Strata's agent channel), so every warm pod of a template is the same |
 //! | template | `networkPolicy`: no ingress; egress only to the [`EgressProxy`] (none at all under [`Net::None`]) | the proxy enforces each run's allowlist |
 //! | template | `envVarsInjectionPolicy`, `volumeClaimTemplatesPolicy`: `Disallowed` | a claim cannot add env or volumes |
 //! | warm pool | `updateStrategy: Recreate` | a tightened template leaves no warm pod of the old one |
@@ -53,9 +53,13 @@ use crate::crd::{
 
 /// Where the guest agent is in the image.
 pub const AGENT_PATH: &str = "/strata/strata-guest-agent";
-/// The container's command: the guest agent, serving Strata's agent channel. The same for
-/// every pod; what a run may do is told to the agent after the claim binds.
-pub const AGENT_COMMAND: [&str; 2] = [AGENT_PATH, "serve"];
+/// The container's command: the guest agent's idle `pod` mode (PID 1: reaps orphans, exits on
+/// `SIGTERM`). The same for every pod; what a run may do is told to the agent after the
+/// claim binds.
+pub const AGENT_COMMAND: [&str; 2] = [AGENT_PATH, "pod"];
+/// What the cluster backend execs in a claimed pod for each run: the guest agent serving
+/// one run on the exec stream's standard input and output (Strata's agent channel).
+pub const AGENT_SERVE: [&str; 2] = [AGENT_PATH, "serve"];
 /// The name of the pod's one container.
 pub const CONTAINER_NAME: &str = "strata-agent";
 /// The work directory inside the pod (a size-capped `emptyDir`).

@@ -1,17 +1,31 @@
-//! Strata's guest agent: PID 1's successor inside the microVM (`/init` execs it).
+//! Strata's guest agent: the far end of Strata's agent channel, in a microVM or a pod.
 //!
-//! It opens the virtio-serial port named `org.strata.agent`, says [`AgentMsg::Ready`],
-//! answers the host's [`HostMsg::Hello`] with [`AgentMsg::Welcome`] (a VM restored from a
-//! snapshot resumes here, waiting for that hello), and runs one [`RunRequest`]: the guest
-//! clock set to the host's, host entropy mixed into the guest RNG and a forced reseed, the
-//! run's disks mounted (`nosuid,nodev`), then the command with exactly the given
-//! environment, rlimits and working directory, in its own process group, stdin fed from the
+//! Modes (the first argument):
+//! - none: PID 1's successor inside the microVM (`/init` execs it). It opens the
+//!   virtio-serial port named `org.strata.agent` and serves one run on it (below), then waits
+//!   to be switched off.
+//! - `serve`: serves one run on its standard input and output, then exits. This is how the
+//!   cluster backend reaches a pod: the pod's exec stream (through the API server and the
+//!   kubelet) runs `strata-guest-agent serve` in the claimed pod. It runs as the pod's
+//!   unprivileged user: it mounts nothing (a request with disks is refused), leaves the clock
+//!   and the network as the pod has them, and mixes the host's entropy in without a reseed.
+//! - `pod`: the pod's entrypoint. Reaps orphans (it is the container's PID 1) and waits;
+//!   exits on `SIGTERM`. Nothing about a run is known when the pod starts, so every warm pod
+//!   of a template is the same.
+//! - `relay SOCKET`: the host side of a microVM's network forward (see [`relay`]).
+//!
+//! One run: the agent says [`AgentMsg::Ready`], answers the host's [`HostMsg::Hello`] with
+//! [`AgentMsg::Welcome`] (a VM restored from a snapshot resumes here, waiting for that
+//! hello), and runs one [`RunRequest`]: in a VM the guest clock set to the host's, host
+//! entropy mixed into the guest RNG and a forced reseed, the run's disks mounted
+//! (`nosuid,nodev`); then the command with exactly the given environment, rlimits and
+//! working directory (empty: the agent's own), in its own process group, stdin fed from the
 //! host's chunks, stdout and stderr forwarded up to the output cap, the wall-clock limit
-//! enforced here too (the host kills the whole VM a little later regardless). Then it
-//! reports [`AgentMsg::Exit`], sends each read-write grant back as a tar stream, and waits
-//! to be switched off.
+//! enforced here too (the host kills the whole VM a little later regardless); the host
+//! closing the channel kills the tool. Then it reports [`AgentMsg::Exit`] and sends each
+//! read-write grant back as a tar stream.
 //!
-//! Linux only; runs as root in the guest.
+//! Linux only; runs as root in a VM, as the pod's user in a pod.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -32,13 +46,36 @@ use sandbox_vm::protocol::{
 /// `_IO('R', 0x07)`: reseed the kernel's CRNG from its input pool now (root only).
 const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
 
-type Port = Arc<Mutex<File>>;
+/// The channel's sending half, shared by the output forwarders.
+type Port = Arc<Mutex<Box<dyn Write + Send>>>;
+/// The channel's receiving half.
+type Reader = Box<dyn Read + Send>;
+
+/// Where the agent runs, which decides what it may do to its machine.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// PID 1's successor in a microVM: root, owns the machine.
+    Vm,
+    /// `serve` in a pod: unprivileged, the pod's machine is not its to change.
+    Pod,
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("relay") {
-        relay(args.get(2).map(String::as_str).unwrap_or_default());
+    match args.get(1).map(String::as_str) {
+        Some("relay") => relay(args.get(2).map(String::as_str).unwrap_or_default()),
+        Some("serve") => serve_stdio(),
+        Some("pod") => pod_entrypoint(),
+        Some(other) => {
+            eprintln!("strata-guest-agent: unknown mode {other:?} (modes: serve, pod, relay)");
+            std::process::exit(2)
+        }
+        None => serve_vm(),
     }
+}
+
+/// The microVM mode: one run on the virtio-serial port, then wait to be switched off.
+fn serve_vm() -> ! {
     let port_path = match find_port(Duration::from_secs(10)) {
         Some(path) => path,
         None => fatal(&format!("no virtio-serial port named {PORT_NAME}")),
@@ -47,58 +84,141 @@ fn main() {
         Ok(file) => file,
         Err(e) => fatal(&format!("open {}: {e}", port_path.display())),
     };
-    let mut reader = match port.try_clone() {
+    let reader = match port.try_clone() {
         Ok(file) => file,
         Err(e) => fatal(&format!("dup port: {e}")),
     };
-    let port: Port = Arc::new(Mutex::new(port));
-    let kernel = rustix::system::uname()
-        .release()
-        .to_string_lossy()
-        .into_owned();
     // Free the page cache boot filled (zeroed on free: init_on_free=1), so a snapshot
     // taken now skips those pages and every restored VM loads and holds less.
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    let port: Port = Arc::new(Mutex::new(Box::new(port)));
+    // A refusal leaves the VM waiting too: the host reads the error and switches it off.
+    let _ = serve_one(Place::Vm, &port, Box::new(reader));
+    // The host switches the VM off; PID 1 must not exit (that would panic the kernel).
+    loop {
+        thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// The `serve` mode: one run on standard input and output, then exit (0 once the run was
+/// reported, 1 if it was refused or the host went away first).
+fn serve_stdio() -> ! {
+    let port: Port = Arc::new(Mutex::new(Box::new(std::io::stdout())));
+    let served = serve_one(Place::Pod, &port, Box::new(std::io::stdin()));
+    std::process::exit(if served { 0 } else { 1 })
+}
+
+/// The `pod` mode: the container's PID 1. Reaps every child that ends (orphans of exec'd
+/// runs are re-parented here) and exits on `SIGTERM`, which PID 1 would otherwise ignore.
+fn pod_entrypoint() -> ! {
+    extern "C" fn on_term(_: libc::c_int) {
+        // SAFETY: `_exit` is async-signal-safe and ends the process at once.
+        unsafe { libc::_exit(0) }
+    }
+    // SAFETY: installs a handler that only calls the async-signal-safe `_exit`; no other
+    // thread exists yet.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_term as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGINT,
+            on_term as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+    loop {
+        match rustix::process::wait(rustix::process::WaitOptions::empty()) {
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+/// One conversation: ready, hello, welcome, one run, its report, exit and archives.
+/// `false` if the agent refused (the error is sent) or the host went away before the run.
+fn serve_one(place: Place, port: &Port, mut reader: Reader) -> bool {
+    let kernel = || {
+        rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned()
+    };
     send(
-        &port,
+        port,
         &AgentMsg::Ready {
             version: PROTOCOL_VERSION,
-            kernel,
+            kernel: kernel(),
         },
     );
     let mut decoder = Decoder::new();
-    let mut next = || read_msg(&mut reader, &mut decoder);
     // A VM restored from a snapshot resumes in this wait: the hello is the host's first word
     // to every run.
-    match next() {
+    match read_msg(&mut reader, &mut decoder) {
         Some(HostMsg::Hello { version }) if version == PROTOCOL_VERSION => {}
-        Some(HostMsg::Hello { version }) => refuse(
-            &port,
-            &format!("protocol version {version} not supported (agent speaks {PROTOCOL_VERSION})"),
-        ),
-        other => refuse(&port, &format!("expected hello, got {other:?}")),
+        Some(HostMsg::Hello { version }) => {
+            return refuse(
+                port,
+                &format!(
+                    "protocol version {version} not supported (agent speaks {PROTOCOL_VERSION})"
+                ),
+            )
+        }
+        None => return false,
+        other => return refuse(port, &format!("expected hello, got {other:?}")),
     }
     send(
-        &port,
+        port,
         &AgentMsg::Welcome {
             version: PROTOCOL_VERSION,
-            kernel: rustix::system::uname()
-                .release()
-                .to_string_lossy()
-                .into_owned(),
+            kernel: kernel(),
         },
     );
-    let request = match next() {
+    let request = match read_msg(&mut reader, &mut decoder) {
         Some(HostMsg::Run(request)) => request,
-        other => refuse(&port, &format!("expected run, got {other:?}")),
+        None => return false,
+        other => return refuse(port, &format!("expected run, got {other:?}")),
     };
-    set_clock(request.clock_unix_ns);
-    if let Err(message) = network_up(request.network) {
-        refuse(&port, &message);
+    if let Err(message) = prepare(place, &request) {
+        return refuse(port, &message);
     }
-    reseed(&request.entropy);
-    if let Err(message) = mount_all(&request.mounts) {
-        refuse(&port, &message);
+    let mounts = request.mounts.clone();
+    let report = request.report.clone();
+    let status = run(port, request, reader, decoder);
+    if let Some(report) = report {
+        let mut data = std::fs::read(&report).unwrap_or_default();
+        data.truncate(MAX_REPORT);
+        send(port, &AgentMsg::Report { data });
+    }
+    send(port, &AgentMsg::Exit { status });
+    for (index, mount) in mounts.iter().enumerate() {
+        if mount.writable {
+            send_archive(port, index as u32, mount);
+        }
+    }
+    true
+}
+
+/// Readies the machine for `request`: clock, network, entropy and disks in a VM; in a pod
+/// only the entropy (no reseed: that needs root) and a refusal of disks. Then the
+/// request's files.
+fn prepare(place: Place, request: &RunRequest) -> Result<(), String> {
+    match place {
+        Place::Vm => {
+            set_clock(request.clock_unix_ns);
+            network_up(request.network)?;
+            reseed(&request.entropy, true);
+            mount_all(&request.mounts)?;
+        }
+        Place::Pod => {
+            if !request.mounts.is_empty() {
+                return Err(format!(
+                    "a pod has no disks: {} mount(s) requested",
+                    request.mounts.len()
+                ));
+            }
+            reseed(&request.entropy, false);
+        }
     }
     for file in &request.files {
         let path = std::path::Path::new(&file.path);
@@ -107,27 +227,10 @@ fn main() {
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| std::fs::write(path, &file.data));
         if let Err(e) = written {
-            refuse(&port, &format!("write {}: {e}", file.path));
+            return Err(format!("write {}: {e}", file.path));
         }
     }
-    let mounts = request.mounts.clone();
-    let report = request.report.clone();
-    let status = run(&port, request, reader, decoder);
-    if let Some(report) = report {
-        let mut data = std::fs::read(&report).unwrap_or_default();
-        data.truncate(MAX_REPORT);
-        send(&port, &AgentMsg::Report { data });
-    }
-    send(&port, &AgentMsg::Exit { status });
-    for (index, mount) in mounts.iter().enumerate() {
-        if mount.writable {
-            send_archive(&port, index as u32, mount);
-        }
-    }
-    // The host switches the VM off; PID 1 must not exit (that would panic the kernel).
-    loop {
-        thread::sleep(Duration::from_secs(3600));
-    }
+    Ok(())
 }
 
 /// The host side of the VM's one network forward (run by QEMU's user-mode network for each
@@ -391,7 +494,7 @@ fn find_port(timeout: Duration) -> Option<PathBuf> {
     }
 }
 
-fn read_msg(reader: &mut File, decoder: &mut Decoder) -> Option<HostMsg> {
+fn read_msg(reader: &mut dyn Read, decoder: &mut Decoder) -> Option<HostMsg> {
     let mut buf = [0u8; 64 * 1024];
     loop {
         match decoder.next_msg::<HostMsg>() {
@@ -423,19 +526,18 @@ fn send(port: &Port, msg: &AgentMsg) {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     };
-    let _ = guard.write_all(&frame);
+    let _ = guard.write_all(&frame).and_then(|()| guard.flush());
 }
 
-fn refuse(port: &Port, message: &str) -> ! {
+/// Sends the refusal; `false`, for [`serve_one`] to return.
+fn refuse(port: &Port, message: &str) -> bool {
     send(
         port,
         &AgentMsg::Error {
             message: message.to_string(),
         },
     );
-    loop {
-        thread::sleep(Duration::from_secs(3600));
-    }
+    false
 }
 
 fn fatal(message: &str) -> ! {
@@ -445,15 +547,18 @@ fn fatal(message: &str) -> ! {
     }
 }
 
-/// Mixes the host's bytes into the input pool (a write to `/dev/urandom`), then forces the
-/// CRNG to reseed from it, so guests restored from one snapshot diverge before any tool
-/// reads randomness.
-fn reseed(entropy: &[u8]) {
+/// Mixes the host's bytes into the input pool (a write to `/dev/urandom`), then, with
+/// `force`, makes the CRNG reseed from it, so guests restored from one snapshot diverge
+/// before any tool reads randomness.
+fn reseed(entropy: &[u8], force: bool) {
     let Ok(mut urandom) = OpenOptions::new().write(true).open("/dev/urandom") else {
         eprintln!("strata-guest-agent: cannot open /dev/urandom");
         return;
     };
     let _ = urandom.write_all(entropy);
+    if !force {
+        return;
+    }
     use std::os::fd::AsRawFd;
     // SAFETY: RNDRESEEDCRNG takes no argument; the descriptor is open for the whole call.
     let rc = unsafe { libc::ioctl(urandom.as_raw_fd(), RNDRESEEDCRNG) };
@@ -477,7 +582,7 @@ fn kill_group(pgid: u32) {
     }
 }
 
-fn run(port: &Port, req: RunRequest, reader: File, decoder: Decoder) -> GuestExit {
+fn run(port: &Port, req: RunRequest, reader: Reader, decoder: Decoder) -> GuestExit {
     let Some((program, args)) = req.argv.split_first() else {
         return GuestExit::SpawnFailed {
             errno: libc::EINVAL,
@@ -488,11 +593,13 @@ fn run(port: &Port, req: RunRequest, reader: File, decoder: Decoder) -> GuestExi
     cmd.args(args)
         .env_clear()
         .envs(&req.env)
-        .current_dir(&req.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if !req.cwd.is_empty() {
+        cmd.current_dir(&req.cwd);
+    }
     let limits = req.rlimits;
     // SAFETY: the closure runs between fork and exec; it only makes setrlimit system
     // calls (async-signal-safe) and allocates nothing.
@@ -645,9 +752,10 @@ fn forward(
     })
 }
 
-/// Reads the host's stdin chunks and kill requests while the tool runs.
+/// Reads the host's stdin chunks and kill requests while the tool runs. The host closing
+/// the channel counts as a kill: nobody is left to read the tool's output.
 fn listen_host(
-    mut reader: File,
+    mut reader: Reader,
     mut decoder: Decoder,
     stdin: Option<std::process::ChildStdin>,
     flags: Arc<Flags>,
@@ -682,6 +790,8 @@ fn listen_host(
                 HostMsg::Hello { .. } | HostMsg::Run(_) => {}
             }
         }
+        flags.killed.store(true, Ordering::SeqCst);
+        kill_group(pgid);
     });
 }
 
