@@ -69,6 +69,7 @@ pub struct SandboxBuilder {
     tiers: Vec<Tier>,
     approver: Option<Arc<dyn Approver>>,
     route_policy: RoutePolicy,
+    cluster: Option<Arc<dyn Backend>>,
 }
 
 impl fmt::Debug for SandboxBuilder {
@@ -191,11 +192,24 @@ impl SandboxBuilder {
         self
     }
 
+    /// The cluster to run on when [`BackendKind::Cluster`] is asked for (by name: the router
+    /// never picks it), e.g. a `sandbox_kube::backend::ClusterBackend` connected to a
+    /// cluster running agent-sandbox. Default: none, and cluster runs are refused as
+    /// unavailable. Its runs go through this sandbox's validation, tiers and audit log like
+    /// any other.
+    pub fn cluster(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.cluster = Some(backend);
+        self
+    }
+
     /// Builds the sandbox. Fails when the chosen backend is not compiled in, when the
     /// default tier is unknown, or when the audit log does not verify; host capabilities
     /// are checked per run (and by [`doctor`]).
     pub fn build(self) -> Result<Sandbox> {
         if let BackendChoice::Only(kind) = self.backend {
+            if kind == BackendKind::Cluster && self.cluster.is_none() {
+                return Err(Error::unavailable(kind, NO_CLUSTER));
+            }
             if !compiled_in(kind) {
                 return Err(Error::unavailable(kind, not_built_reason(kind)));
             }
@@ -235,16 +249,22 @@ impl SandboxBuilder {
                 #[cfg(feature = "container")]
                 container: OnceLock::new(),
                 microvm: OnceLock::new(),
+                cluster: self.cluster,
             }),
         })
     }
 }
+
+/// Why a sandbox without a cluster cannot run on one.
+const NO_CLUSTER: &str =
+    "no cluster configured (give the sandbox one: SandboxBuilder::cluster, or the CLI's --kubeconfig with --warm-pool)";
 
 fn compiled_in(kind: BackendKind) -> bool {
     (kind == BackendKind::Process && cfg!(feature = "process"))
         || (kind == BackendKind::Container && cfg!(feature = "container"))
         || (kind == BackendKind::Wasm && cfg!(feature = "wasm"))
         || kind == BackendKind::Microvm
+        || kind == BackendKind::Cluster
 }
 
 fn not_built_reason(kind: BackendKind) -> String {
@@ -320,6 +340,7 @@ struct Inner {
     #[cfg(feature = "container")]
     container: OnceLock<Arc<dyn Backend>>,
     microvm: OnceLock<Arc<dyn Backend>>,
+    cluster: Option<Arc<dyn Backend>>,
 }
 
 /// A handle that runs tools in sandboxes. Cheap to clone and safe to share across threads;
@@ -431,6 +452,11 @@ impl Sandbox {
                 let vm = vm.jailed_in(Arc::new(self.configured_process().with_warm_pool(0)));
                 Arc::new(vm)
             }))),
+            BackendKind::Cluster => self
+                .inner
+                .cluster
+                .clone()
+                .ok_or_else(|| Error::unavailable(BackendKind::Cluster, NO_CLUSTER)),
             other => Err(Error::unavailable(other, not_built_reason(other))),
         }
     }

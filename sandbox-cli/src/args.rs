@@ -47,6 +47,22 @@ pub enum KubeCommand {
     /// SandboxClaim, and the Sandbox the claim controller makes, which the admission
     /// policy sees). `kubectl create -f -` takes it.
     Render(KubeRenderArgs),
+    /// Create or update a tier's SandboxTemplate and SandboxWarmPool on the cluster of a
+    /// kubeconfig (idempotent: unchanged objects are left alone, changed ones replaced).
+    /// Then `strata run --backend cluster --tier TIER` claims pods from the pool.
+    Apply(KubeApplyArgs),
+}
+
+/// `strata kube apply`.
+#[derive(Debug, Args)]
+pub struct KubeApplyArgs {
+    /// What to apply (the namespace defaults to `default`).
+    #[command(flatten)]
+    pub render: KubeRenderArgs,
+    /// The kubeconfig of the cluster (default: $KUBECONFIG, else ~/.kube/config). Its
+    /// server must be http (e.g. `kubectl proxy`).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// `strata kube render`.
@@ -123,7 +139,8 @@ pub enum AuditCommand {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// auto, process, container, wasm or microvm.
+    /// auto, process, container, wasm, microvm or cluster (a pod of a Kubernetes cluster
+    /// running agent-sandbox: see --kubeconfig, --warm-pool).
     #[arg(long, default_value = "auto")]
     pub backend: String,
     /// Grant read-only access to HOST, at GUEST inside (default: the same path). A relative
@@ -249,6 +266,17 @@ pub struct RunArgs {
     /// it. The receipt names the tier.
     #[arg(long, value_name = "TIER")]
     pub tier: Option<String>,
+    /// With --backend cluster: the kubeconfig of the cluster (default: $KUBECONFIG, else
+    /// ~/.kube/config). Its server must be http (e.g. `kubectl proxy`).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --backend cluster: the namespace of the warm pool and its claims.
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
+    /// With --backend cluster: the SandboxWarmPool to claim a pod from. Default: strata-TIER
+    /// (as `strata kube apply --tier TIER` names it).
+    #[arg(long = "warm-pool", value_name = "NAME")]
+    pub warm_pool: Option<String>,
     /// Declare the tool's risk (compute, files, build or untrusted); with --backend auto
     /// the backend is chosen from it (untrusted: microvm; build: container; compute: wasm)
     /// and never a weaker one unless --allow-weaker. The receipt records the route.
@@ -299,6 +327,15 @@ pub struct Request {
     pub allow_weaker: bool,
     /// Who decides elevations (`--approver`, `--approve-interactive`).
     pub approver: Option<crate::approve::ApproverChoice>,
+    /// The cluster of `--backend cluster`.
+    pub cluster: Option<ClusterTarget>,
+}
+
+/// Where `--backend cluster` runs: `--kubeconfig`, `--namespace`, `--warm-pool`.
+pub struct ClusterTarget {
+    pub kubeconfig: Option<PathBuf>,
+    pub namespace: String,
+    pub warm_pool: String,
 }
 
 /// A `HOST[:GUEST]` argument as a mount: HOST made absolute against `cwd` (lexically), and
@@ -496,7 +533,34 @@ impl RunArgs {
             }
         };
         tool.validate()?;
+        let tier = self
+            .tier
+            .or_else(|| profile.as_ref().and_then(|p| p.tier.clone()));
+        let cluster = if backend == BackendChoice::Only(strata::BackendKind::Cluster) {
+            let warm_pool = match (self.warm_pool, &tier) {
+                (Some(pool), _) => pool,
+                (None, Some(tier)) => format!("strata-{tier}"),
+                (None, None) => {
+                    return Err(Error::invalid(
+                        "--backend cluster needs --warm-pool NAME (or --tier TIER for the pool strata-TIER)",
+                    ))
+                }
+            };
+            Some(ClusterTarget {
+                kubeconfig: self.kubeconfig,
+                namespace: self.namespace,
+                warm_pool,
+            })
+        } else {
+            if self.kubeconfig.is_some() || self.warm_pool.is_some() {
+                return Err(Error::invalid(
+                    "--kubeconfig and --warm-pool are for --backend cluster",
+                ));
+            }
+            None
+        };
         Ok(Request {
+            cluster,
             backend,
             strictness: match (self.best_effort, &profile) {
                 (true, _) => Strictness::BestEffort,
@@ -509,9 +573,7 @@ impl RunArgs {
             raw_output: self.raw_output,
             result_file: self.result_file,
             audit: self.audit,
-            tier: self
-                .tier
-                .or_else(|| profile.as_ref().and_then(|p| p.tier.clone())),
+            tier,
             risk: match self.risk.as_deref() {
                 Some(risk) => Some(risk.parse()?),
                 None => profile.as_ref().and_then(|p| p.risk),

@@ -1,5 +1,6 @@
 //! `strata kube render`: the agent-sandbox objects of a tier or profile, as YAML
-//! ([`sandbox_kube::render`]).
+//! ([`sandbox_kube::render`]); `strata kube apply`: the template and warm pool created on a
+//! cluster ([`sandbox_kube::backend::apply`]).
 
 use std::process::ExitCode;
 
@@ -7,7 +8,7 @@ use sandbox_kube::{render, to_yaml, Boundary, EgressProxy, RenderInput};
 use strata::policy::Tier;
 use strata::Profile;
 
-use crate::args::KubeRenderArgs;
+use crate::args::{KubeApplyArgs, KubeRenderArgs};
 
 /// The render input the arguments describe.
 fn input(args: &KubeRenderArgs) -> Result<RenderInput, String> {
@@ -60,6 +61,54 @@ pub fn render_command(args: &KubeRenderArgs) -> ExitCode {
         Err(why) => {
             eprintln!("strata: invalid request: {why}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Applies the template and warm pool; prints what happened to each (exit 0), or why not
+/// (exit 2 for a request that cannot be rendered, 1 for the cluster's refusal).
+pub fn apply_command(args: &KubeApplyArgs) -> ExitCode {
+    let namespace = args
+        .render
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let rendered = match input(&args.render).and_then(|input| {
+        render(&input.with_namespace(namespace.clone())).map_err(|e| e.to_string())
+    }) {
+        Ok(rendered) => rendered,
+        Err(why) => {
+            eprintln!("strata: invalid request: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    match sandbox_kube::backend::apply(args.kubeconfig.as_deref(), &namespace, &rendered) {
+        Ok(applied) => {
+            let template = rendered
+                .template
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default();
+            let pool = rendered
+                .warm_pool
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default();
+            println!(
+                "SandboxTemplate {namespace}/{template}: {:?}",
+                applied.template
+            );
+            println!(
+                "SandboxWarmPool {namespace}/{pool}: {:?}",
+                applied.warm_pool
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("strata: {e}");
+            ExitCode::from(1)
         }
     }
 }

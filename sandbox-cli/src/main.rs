@@ -66,6 +66,7 @@ fn main() -> ExitCode {
         Command::Audit(AuditCommand::Verify { file, head }) => audit_verify(&file, head.as_deref()),
         Command::Mcp(args) => mcp::main(args),
         Command::Kube(KubeCommand::Render(args)) => kube::render_command(&args),
+        Command::Kube(KubeCommand::Apply(args)) => kube::apply_command(&args),
     }
 }
 
@@ -155,6 +156,15 @@ fn run(args: RunArgs) -> ExitCode {
         .cache_host_probe(true);
     if let Some(path) = &request.audit {
         builder = builder.audit(path);
+    }
+    if let Some(target) = &request.cluster {
+        let options =
+            sandbox_kube::backend::ClusterOptions::new(&target.namespace, &target.warm_pool);
+        match sandbox_kube::backend::ClusterBackend::connect(target.kubeconfig.as_deref(), options)
+        {
+            Ok(cluster) => builder = builder.cluster(Arc::new(cluster)),
+            Err(e) => return fail(&e, json),
+        }
     }
     for tier in &request.tiers {
         builder = builder.define_tier(tier.clone());

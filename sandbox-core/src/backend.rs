@@ -51,10 +51,15 @@ pub enum BackendKind {
     Container,
     /// A microVM (QEMU microvm or Firecracker).
     Microvm,
+    /// A pod on a Kubernetes cluster through kubernetes-sigs/agent-sandbox (gVisor or Kata
+    /// runtime classes). Never picked by the router: only when asked for by name, on a
+    /// sandbox given a cluster to use.
+    Cluster,
 }
 
 impl BackendKind {
-    /// All backends, in routing preference order.
+    /// The backends of this machine, in routing preference order ([`BackendKind::Cluster`]
+    /// is not one: it runs elsewhere and is only used when named).
     pub const ALL: [BackendKind; 4] = [
         BackendKind::Process,
         BackendKind::Wasm,
@@ -69,6 +74,7 @@ impl BackendKind {
             BackendKind::Wasm => "wasm",
             BackendKind::Container => "container",
             BackendKind::Microvm => "microvm",
+            BackendKind::Cluster => "cluster",
         }
     }
 }
@@ -85,10 +91,11 @@ impl FromStr for BackendKind {
     fn from_str(s: &str) -> Result<Self> {
         BackendKind::ALL
             .into_iter()
+            .chain([BackendKind::Cluster])
             .find(|k| k.as_str() == s)
             .ok_or_else(|| {
                 Error::invalid(format!(
-                    "unknown backend {s:?} (expected process, wasm, container or microvm)"
+                    "unknown backend {s:?} (expected process, wasm, container, microvm or cluster)"
                 ))
             })
     }

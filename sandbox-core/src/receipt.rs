@@ -388,6 +388,9 @@ pub enum Mechanism {
     /// A virtual machine: the tool runs on its own guest kernel (QEMU microvm), with guest
     /// RAM and vCPUs as limits and no device the VM was not given.
     Vm,
+    /// The Kubernetes cluster: the pod's runtime class, security context, resource limits
+    /// and NetworkPolicy, as the claimed pod's template states them.
+    Cluster,
 }
 
 impl Mechanism {
@@ -412,6 +415,7 @@ impl Mechanism {
             Mechanism::Wasm => "wasm",
             Mechanism::Proxy => "proxy",
             Mechanism::Vm => "vm",
+            Mechanism::Cluster => "cluster",
         }
     }
 }

@@ -11,6 +11,7 @@
 //! | [`Cluster::apply_tier`] | `POST` template and warm pool; on `409 AlreadyExists`, `GET` and, when the stored spec differs, `PUT` with the stored `resourceVersion` | yes |
 //! | [`Cluster::claim`] | `POST` a `SandboxClaim` (`generateName`) | no: each call is a new claim |
 //! | [`Cluster::get_claim`] | `GET` a claim | yes |
+//! | [`Cluster::get_warm_pool`], [`Cluster::get_template`] | `GET` a pool, a template | yes |
 //! | [`Cluster::wait_ready`] | `GET` list by name, then `watch` from its `resourceVersion` (resumed from the last version or bookmark seen when the server ends it); re-list on `410 Gone` | yes |
 //! | [`Cluster::release`] | `DELETE` a claim; `404` counts as done | yes |
 //!
@@ -470,6 +471,22 @@ impl Cluster {
             .get(name)
             .await
             .map_err(|e| self.error(e, Kind::SandboxClaim, name, Verb::Get))
+    }
+
+    /// Reads a warm pool.
+    pub async fn get_warm_pool(&self, name: &str) -> Result<SandboxWarmPool, ClusterError> {
+        self.api::<SandboxWarmPool>()
+            .get(name)
+            .await
+            .map_err(|e| self.error(e, Kind::SandboxWarmPool, name, Verb::Get))
+    }
+
+    /// Reads a template.
+    pub async fn get_template(&self, name: &str) -> Result<SandboxTemplate, ClusterError> {
+        self.api::<SandboxTemplate>()
+            .get(name)
+            .await
+            .map_err(|e| self.error(e, Kind::SandboxTemplate, name, Verb::Get))
     }
 
     /// Waits until the claim `name` is ready: its `Ready` condition is `True` and

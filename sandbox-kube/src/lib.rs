@@ -26,6 +26,8 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "backend")]
+pub mod backend;
 pub mod check;
 #[cfg(feature = "client")]
 pub mod client;

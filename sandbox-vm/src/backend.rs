@@ -15,7 +15,7 @@ use crate::grants::{self, Prepared};
 use crate::inner;
 use crate::pool::{self, Pool};
 use crate::probe::{self, AccelProbe};
-use crate::protocol::{GuestExit, GuestLimit, GuestRlimits, RunRequest};
+use crate::protocol::{GuestExit, GuestRlimits, RunRequest};
 use crate::qemu::Qemu;
 use crate::session::{self, ArchiveTarget, Boot, Ending, RunPlan};
 use crate::snapshot::{self, Shape, Snapshot};
@@ -910,39 +910,7 @@ impl Backend for MicrovmBackend {
             };
             (result.status, limit)
         } else {
-            match vm.ending {
-                Ending::HostWall => (
-                    ExitStatus::Limit {
-                        limit: LimitKind::Wall,
-                        signal: None,
-                    },
-                    Some(LimitKind::Wall),
-                ),
-                Ending::Agent(GuestExit::Exited { code }) => (ExitStatus::Exited { code }, None),
-                Ending::Agent(GuestExit::Signaled { signal }) => {
-                    (ExitStatus::Signaled { signal }, None)
-                }
-                Ending::Agent(GuestExit::Limit { limit }) => {
-                    let limit = match limit {
-                        GuestLimit::Wall => LimitKind::Wall,
-                        GuestLimit::Output => LimitKind::Output,
-                    };
-                    (
-                        ExitStatus::Limit {
-                            limit,
-                            signal: Some(9),
-                        },
-                        Some(limit),
-                    )
-                }
-                Ending::Agent(GuestExit::Killed) => return Err(Error::Cancelled),
-                Ending::Agent(GuestExit::SpawnFailed { errno, .. }) => {
-                    return Err(Error::Exec {
-                        program: argv.first().cloned().unwrap_or_default(),
-                        source: std::io::Error::from_raw_os_error(errno),
-                    })
-                }
-            }
+            session::exit_status(&vm.ending, argv.first().map_or("", String::as_str))?
         };
         let mut receipt = Receipt::new(BackendKind::Microvm, ctx.strictness);
         let guest = GuestSeen {

@@ -5,10 +5,11 @@ use std::io::{ErrorKind as IoKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use sandbox_core::{Error, OutputSink, Result, RunContext, Stream};
+use sandbox_core::{Error, ExitStatus, LimitKind, OutputSink, Result, RunContext, Stream};
 
 use crate::protocol::{
-    encode, AgentMsg, Decoder, GuestExit, HostMsg, OutStream, RunRequest, CHUNK, PROTOCOL_VERSION,
+    encode, AgentMsg, Decoder, GuestExit, GuestLimit, HostMsg, OutStream, RunRequest, CHUNK,
+    PROTOCOL_VERSION,
 };
 use crate::vmm::{VmConfig, VmInstance, Vmm};
 use std::path::PathBuf;
@@ -239,6 +240,48 @@ fn drive(
         kernel,
         archives,
         report,
+    })
+}
+
+/// The run's status and the limit it hit, from how it ended (`program`: the tool's
+/// `argv[0]`, named when it could not start).
+///
+/// # Errors
+/// [`Error::Cancelled`] for a run the host killed ([`HostMsg::Kill`]); [`Error::Exec`] when
+/// the agent could not start the program.
+pub fn exit_status(ending: &Ending, program: &str) -> Result<(ExitStatus, Option<LimitKind>)> {
+    Ok(match ending {
+        Ending::HostWall => (
+            ExitStatus::Limit {
+                limit: LimitKind::Wall,
+                signal: None,
+            },
+            Some(LimitKind::Wall),
+        ),
+        Ending::Agent(GuestExit::Exited { code }) => (ExitStatus::Exited { code: *code }, None),
+        Ending::Agent(GuestExit::Signaled { signal }) => {
+            (ExitStatus::Signaled { signal: *signal }, None)
+        }
+        Ending::Agent(GuestExit::Limit { limit }) => {
+            let limit = match limit {
+                GuestLimit::Wall => LimitKind::Wall,
+                GuestLimit::Output => LimitKind::Output,
+            };
+            (
+                ExitStatus::Limit {
+                    limit,
+                    signal: Some(9),
+                },
+                Some(limit),
+            )
+        }
+        Ending::Agent(GuestExit::Killed) => return Err(Error::Cancelled),
+        Ending::Agent(GuestExit::SpawnFailed { errno, .. }) => {
+            return Err(Error::Exec {
+                program: program.to_owned(),
+                source: std::io::Error::from_raw_os_error(*errno),
+            })
+        }
     })
 }
 

@@ -118,13 +118,15 @@ impl FromStr for Risk {
     }
 }
 
-/// How strong a backend's boundary is: `process` 1, `container` 2, `wasm` 3, `microvm` 4.
+/// How strong a backend's boundary is: `process` 1, `container` 2, `wasm` 3, `microvm` 4,
+/// `cluster` 4 (the pod's runtime class gives it a kernel of its own: gVisor's or a Kata
+/// VM's).
 pub fn strength(kind: BackendKind) -> u8 {
     match kind {
         BackendKind::Process => 1,
         BackendKind::Container => 2,
         BackendKind::Wasm => 3,
-        BackendKind::Microvm => 4,
+        BackendKind::Microvm | BackendKind::Cluster => 4,
     }
 }
 

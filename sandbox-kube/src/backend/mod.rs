@@ -1,0 +1,549 @@
+//! The cluster backend (feature `backend`): runs a tool in a pod claimed from a warm pool of
+//! agent-sandbox, through Strata's agent channel.
+//!
+//! One run:
+//! 1. the caps are checked against what a pod can honour (below), before anything is
+//!    claimed;
+//! 2. a `SandboxClaim` on the configured warm pool ([`Cluster::claim`]), then
+//!    [`Cluster::wait_ready`] until the claim controller binds a ready sandbox;
+//! 3. `strata-guest-agent serve` ([`AGENT_SERVE`]) is exec'd in the sandbox's pod through
+//!    the API server (kube-rs `exec`, a websocket); the exec stream's standard input and
+//!    output are the agent channel, spoken exactly as to a microVM's agent (the run request
+//!    carries argv, env, limits; the agent enforces the wall clock, the output cap and the
+//!    rlimits, and kills the tool if the stream breaks);
+//! 4. the claim is deleted on every path (its sandbox and pod follow; a used pod is never
+//!    handed to another run).
+//!
+//! What a pod cannot honour is refused with a typed error, nothing claimed: grants of the
+//! embedder's directories (a pod cannot see them; a session's upload is the way in), an
+//! image in the caps (the pod's image is the template's), `net: host`, secrets, and wasm
+//! tools. An egress allowlist is refused unless the run is best-effort: the template's
+//! NetworkPolicy lets the pod reach only the egress proxy, but a per-run allowlist on that
+//! proxy is not wired up yet.
+//!
+//! The receipt states what the cluster enforced, read from the pool's `SandboxTemplate`
+//! (runtime class, security context, resource limits, NetworkPolicy), what the agent
+//! enforced, and what nothing enforced (no landlock or seccomp layer of Strata's inside the
+//! pod: gVisor implements no landlock; per-run memory and CPU below the template's).
+
+mod channel;
+mod template;
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, AttachParams};
+use sandbox_core::{
+    Backend, BackendKind, BackendReport, Capability, Caps, Check, Error, LimitKind, Mechanism, Net,
+    Receipt, ResourceUsage, Result, RunContext, RunOutput, ScriptLanguage, Strictness, Tool,
+};
+use sandbox_vm::protocol::{GuestRlimits, RunRequest};
+use sandbox_vm::session::{self, Boot, RunPlan};
+
+use crate::client::{Cluster, ClusterError};
+use crate::crd::{ClaimLifecycle, NameRef, SandboxClaimSpec, ShutdownPolicy};
+use crate::render::{AGENT_SERVE, CONTAINER_NAME, MANAGED_BY, MANAGED_BY_LABEL};
+use crate::{Kind, SandboxClaim};
+
+pub use template::TemplateSeen;
+
+/// How long a claim may take to bind a ready sandbox by default: 60 s (a cold pod pulls its
+/// image; a warm one binds in well under a second).
+pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the exec'd agent may take to say it is ready by default: 30 s.
+pub const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The environment every run starts from in the pod (the caps' `env` is laid over it).
+const POD_ENV: [(&str, &str); 3] = [
+    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+    ("HOME", crate::render::WORKSPACE),
+    ("LANG", "C.UTF-8"),
+];
+
+/// Where the backend finds its cluster and which warm pool it claims from.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// The namespace of the warm pool and the claims.
+    pub namespace: String,
+    /// The `SandboxWarmPool` to claim from (`strata kube apply` names it `strata-TIER`).
+    pub warm_pool: String,
+    /// How long a claim may take to bind. Default [`DEFAULT_CLAIM_TIMEOUT`].
+    pub claim_timeout: Duration,
+    /// How long the exec'd agent may take to answer. Default [`DEFAULT_AGENT_TIMEOUT`].
+    pub agent_timeout: Duration,
+}
+
+impl ClusterOptions {
+    /// Claims from `warm_pool` in `namespace`, with the default timeouts.
+    pub fn new(namespace: impl Into<String>, warm_pool: impl Into<String>) -> ClusterOptions {
+        ClusterOptions {
+            namespace: namespace.into(),
+            warm_pool: warm_pool.into(),
+            claim_timeout: DEFAULT_CLAIM_TIMEOUT,
+            agent_timeout: DEFAULT_AGENT_TIMEOUT,
+        }
+    }
+}
+
+/// A cluster running agent-sandbox, as a [`Backend`]. Owns a small tokio runtime for the
+/// API calls, so it can be called from synchronous code (and from inside another runtime).
+pub struct ClusterBackend {
+    runtime: tokio::runtime::Runtime,
+    cluster: Cluster,
+    options: ClusterOptions,
+    template: OnceLock<TemplateSeen>,
+}
+
+impl std::fmt::Debug for ClusterBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterBackend")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterBackend {
+    /// Connects to the cluster of a kubeconfig file (its current context; `None`: the
+    /// `KUBECONFIG` variable, else `~/.kube/config`). Nothing is sent to the cluster yet.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a kubeconfig that cannot be read or used (an `https` server
+    /// needs TLS, which this build leaves out: reach the cluster through `kubectl proxy`);
+    /// [`Error::Setup`] if the runtime cannot start.
+    pub fn connect(kubeconfig: Option<&Path>, options: ClusterOptions) -> Result<ClusterBackend> {
+        let (runtime, client) = connect(kubeconfig)?;
+        let cluster = Cluster::new(client, options.namespace.clone());
+        Ok(ClusterBackend {
+            runtime,
+            cluster,
+            options,
+            template: OnceLock::new(),
+        })
+    }
+
+    /// The options this backend was connected with.
+    pub fn options(&self) -> &ClusterOptions {
+        &self.options
+    }
+
+    /// What the warm pool's template enforces (read once from the cluster, then kept).
+    ///
+    /// # Errors
+    /// [`Error::Setup`] when the pool or its template cannot be read.
+    pub fn template(&self) -> Result<&TemplateSeen> {
+        if let Some(seen) = self.template.get() {
+            return Ok(seen);
+        }
+        let cluster = self.cluster.clone();
+        let pool = self.options.warm_pool.clone();
+        let seen = self.block(
+            async move { template::read(&cluster, &pool).await },
+            &RunContext::default(),
+        )??;
+        Ok(self.template.get_or_init(|| seen))
+    }
+
+    /// Runs `future` on the backend's runtime and waits for it; cancelling `ctx` abandons
+    /// it (the task is aborted) with [`Error::Cancelled`].
+    fn block<T: Send + 'static>(
+        &self,
+        future: impl std::future::Future<Output = T> + Send + 'static,
+        ctx: &RunContext,
+    ) -> Result<T> {
+        let (tx, rx) = mpsc::channel();
+        let task = self.runtime.spawn(async move {
+            let _ = tx.send(future.await);
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(value) => return Ok(value),
+                Err(mpsc::RecvTimeoutError::Timeout) if ctx.cancel.is_cancelled() => {
+                    task.abort();
+                    return Err(Error::Cancelled);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::Internal {
+                        message: "cluster: the API task ended without an answer".into(),
+                        source: None,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Deletes the claim, waiting for the API server's answer; a failure is logged (the
+    /// claim's own expiry is the backstop).
+    fn release(&self, claim: &str) {
+        let cluster = self.cluster.clone();
+        let name = claim.to_owned();
+        match self.block(
+            async move { cluster.release(&name).await },
+            &RunContext::default(),
+        ) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(claim, error = %e, "cluster: releasing the claim failed"),
+            Err(e) => tracing::warn!(claim, error = %e, "cluster: releasing the claim failed"),
+        }
+    }
+}
+
+/// A runtime for the API calls and a client of the kubeconfig's cluster (see
+/// [`ClusterBackend::connect`]).
+fn connect(kubeconfig: Option<&Path>) -> Result<(tokio::runtime::Runtime, kube::Client)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("strata-cluster")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::setup("cluster: tokio runtime", e))?;
+    let path = kubeconfig.map(Path::to_path_buf);
+    let client = runtime.block_on(async move {
+        let config = match path {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(&path).map_err(|e| {
+                    Error::invalid(format!("cluster: kubeconfig {}: {e}", path.display()))
+                })?;
+                kube::Config::from_custom_kubeconfig(file, &Default::default())
+                    .await
+                    .map_err(|e| {
+                        Error::invalid(format!("cluster: kubeconfig {}: {e}", path.display()))
+                    })?
+            }
+            None => kube::Config::from_kubeconfig(&Default::default())
+                .await
+                .map_err(|e| Error::invalid(format!("cluster: kubeconfig: {e}")))?,
+        };
+        if config.cluster_url.scheme_str() == Some("https") {
+            return Err(Error::invalid(format!(
+                "cluster: {} is https, and this build of strata has no TLS client: run `kubectl proxy` and point the kubeconfig at its http address",
+                config.cluster_url
+            )));
+        }
+        kube::Client::try_from(config)
+            .map_err(|e| Error::invalid(format!("cluster: kube client: {e}")))
+    })?;
+    Ok((runtime, client))
+}
+
+/// Applies a tier's `SandboxTemplate` and `SandboxWarmPool` to the cluster of a kubeconfig
+/// (see [`Cluster::apply_tier`]: idempotent; a changed object is replaced).
+///
+/// # Errors
+/// As [`ClusterBackend::connect`]; [`Error::Setup`] naming the object the API server
+/// refused.
+pub fn apply(
+    kubeconfig: Option<&Path>,
+    namespace: &str,
+    rendered: &crate::Rendered,
+) -> Result<crate::client::Applied> {
+    let (runtime, client) = connect(kubeconfig)?;
+    let cluster = Cluster::new(client, namespace);
+    runtime
+        .block_on(cluster.apply_tier(rendered))
+        .map_err(|e| cluster_error("apply", e))
+}
+
+/// A claim on `pool`, named by the API server (`generateName`), deleted with its sandbox
+/// on expiry.
+pub fn claim_on(pool: &str) -> SandboxClaim {
+    SandboxClaim {
+        api_version: Kind::SandboxClaim.api_version(),
+        kind: Kind::SandboxClaim.name().to_owned(),
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            generate_name: Some(format!("{pool}-")),
+            labels: Some([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned())].into()),
+            ..Default::default()
+        },
+        spec: SandboxClaimSpec {
+            warm_pool_ref: NameRef {
+                name: pool.to_owned(),
+            },
+            lifecycle: ClaimLifecycle {
+                shutdown_policy: ShutdownPolicy::Delete,
+            },
+        },
+        status: None,
+    }
+}
+
+/// The argv the agent runs for `tool`.
+fn argv_for(tool: &Tool) -> Result<Vec<String>> {
+    match tool {
+        Tool::Command { argv } if argv.is_empty() => Err(Error::invalid("argv must not be empty")),
+        Tool::Command { argv } => Ok(argv.clone()),
+        Tool::Script {
+            language: ScriptLanguage::Sh,
+            source,
+        } => Ok(vec!["/bin/sh".into(), "-c".into(), source.clone()]),
+        Tool::Script {
+            language: ScriptLanguage::Python,
+            source,
+        } => Ok(vec!["python3".into(), "-c".into(), source.clone()]),
+        Tool::Script { language, .. } => Err(Error::unavailable(
+            BackendKind::Cluster,
+            format!("{language} scripts: the cluster backend runs sh and python scripts and commands (the interpreter must be in the pool's image)"),
+        )),
+        Tool::Wasm { .. } => Err(Error::unavailable(
+            BackendKind::Cluster,
+            "wasm tools: the pool's image has no wasm runtime; run them on the wasm backend",
+        )),
+        _ => Err(Error::invalid("unknown tool kind")),
+    }
+}
+
+/// Refuses what a pod cannot honour; the gaps a best-effort run accepts.
+fn refusals(caps: &Caps, strictness: Strictness) -> Result<Vec<(Capability, String)>> {
+    if let Some(mount) = caps.mounts.first() {
+        return Err(Error::invalid(format!(
+            "cluster: {} is a directory of this machine, which a pod cannot see; put files in a session's workspace instead",
+            mount.host.display()
+        )));
+    }
+    if caps.container.is_some() {
+        return Err(Error::invalid(
+            "cluster: the pod's image is the warm pool's template's; caps.container cannot choose another",
+        ));
+    }
+    if caps.net == Net::Host {
+        return Err(Error::unenforceable(
+            "net: cluster",
+            "a pod reaches only what its template's NetworkPolicy allows: use net none or an allowlist",
+        ));
+    }
+    if !caps.secrets.is_empty() {
+        return Err(Error::unenforceable(
+            "net: cluster secrets",
+            "secrets need the run's interception proxy, which the cluster backend does not wire up yet",
+        ));
+    }
+    let mut gaps = Vec::new();
+    if let Net::Allow(_) = caps.net {
+        let reason = "the allowlist is not applied per run: the template's NetworkPolicy lets the pod reach the egress proxy, which does not know this run's rules yet".to_owned();
+        match strictness {
+            Strictness::Strict => {
+                return Err(Error::unenforceable("net: cluster allowlist", reason))
+            }
+            Strictness::BestEffort => gaps.push((Capability::Net, reason)),
+        }
+    }
+    Ok(gaps)
+}
+
+fn request(argv: Vec<String>, caps: &Caps) -> RunRequest {
+    let limits = &caps.limits;
+    let mut env: std::collections::BTreeMap<String, String> = POD_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.extend(caps.env.clone());
+    RunRequest {
+        argv,
+        env,
+        // The agent's own directory: the pod's workspace (the container's workingDir).
+        cwd: caps
+            .workdir
+            .as_ref()
+            .map(|w| w.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        timeout_ms: limits.timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+        output_cap: limits.output.bytes(),
+        entropy: entropy(),
+        rlimits: GuestRlimits {
+            cpu_seconds: limits.cpu_time.as_secs().max(1),
+            file_size: limits.file_size.bytes(),
+            open_files: u64::from(limits.open_files),
+        },
+        clock_unix_ns: 0,
+        mounts: Vec::new(),
+        files: Vec::new(),
+        report: None,
+        network: false,
+    }
+}
+
+fn entropy() -> Vec<u8> {
+    let mut bytes = vec![0u8; 64];
+    if getrandom::fill(&mut bytes).is_err() {
+        bytes.clear();
+    }
+    bytes
+}
+
+/// A [`ClusterError`] of one step of a run, as the core's error.
+fn cluster_error(step: &str, e: ClusterError) -> Error {
+    match e {
+        ClusterError::Timeout { .. } => Error::setup(
+            format!("cluster: {step}"),
+            std::io::Error::new(std::io::ErrorKind::TimedOut, e.to_string()),
+        ),
+        other => Error::setup(
+            format!("cluster: {step}"),
+            std::io::Error::other(other.to_string()),
+        ),
+    }
+}
+
+impl Backend for ClusterBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cluster
+    }
+
+    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+        let started = Instant::now();
+        caps.validate()?;
+        let argv = argv_for(tool)?;
+        let mut gaps = refusals(caps, ctx.strictness)?;
+        let seen = self.template()?.clone();
+        gaps.extend(template::check_limits(&seen, caps, ctx.strictness)?);
+        let cluster = self.cluster.clone();
+        let claim = claim_on(&self.options.warm_pool);
+        let name = self
+            .block(async move { cluster.claim(&claim).await }, ctx)?
+            .map_err(|e| cluster_error("claim", e))?;
+        let claimed = Instant::now();
+        let outcome = self.run_claimed(&name, argv, caps, ctx);
+        self.release(&name);
+        let (vm, bound_after) = outcome?;
+        let (status, limit_hit) = session::exit_status(&vm.ending, tool_program(tool).as_str())?;
+        let mut receipt = Receipt::new(BackendKind::Cluster, ctx.strictness);
+        template::fill_receipt(&mut receipt, &seen, caps);
+        receipt.enforce(
+            Capability::Lifetime,
+            Mechanism::Cluster,
+            "claim deleted after the run",
+            format!(
+                "SandboxClaim {name} on pool {} bound in {} ms; deleted with its sandbox and pod when the run ended",
+                self.options.warm_pool,
+                bound_after.saturating_duration_since(claimed).as_millis()
+            ),
+        );
+        for (cap, reason) in gaps {
+            receipt.gap(cap, reason);
+        }
+        match limit_hit {
+            Some(LimitKind::Wall) => receipt.deny(
+                Capability::Wall,
+                format!(
+                    "timeout {} ms reached; the tool was killed",
+                    caps.limits.timeout.as_millis()
+                ),
+            ),
+            Some(LimitKind::Output) => receipt.deny(
+                Capability::Output,
+                format!(
+                    "output cap {} reached; the tool was killed",
+                    caps.limits.output
+                ),
+            ),
+            _ => {}
+        }
+        let cap = caps.limits.output.bytes();
+        let truncated = |len: usize| limit_hit == Some(LimitKind::Output) && len as u64 >= cap;
+        Ok(RunOutput {
+            status,
+            stdout_truncated: truncated(vm.stdout.len()),
+            stderr_truncated: truncated(vm.stderr.len()),
+            stdout: vm.stdout,
+            stderr: vm.stderr,
+            duration: started.elapsed(),
+            usage: ResourceUsage::default(),
+            receipt,
+        })
+    }
+
+    fn report(&self) -> BackendReport {
+        let checks = match self.template() {
+            Ok(seen) => vec![Check::new(
+                "warm pool",
+                true,
+                format!(
+                    "{}/{}: template {}, runtime class {}",
+                    self.options.namespace,
+                    self.options.warm_pool,
+                    seen.template,
+                    seen.runtime_class
+                        .as_deref()
+                        .unwrap_or("(none: the node's default)")
+                ),
+            )],
+            Err(e) => vec![Check::new("warm pool", false, e.to_string())],
+        };
+        let available = checks.iter().all(|c| c.ok);
+        BackendReport {
+            backend: BackendKind::Cluster,
+            available,
+            reason: (!available).then(|| {
+                checks
+                    .iter()
+                    .map(|c| c.detail.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+            checks,
+        }
+    }
+}
+
+fn tool_program(tool: &Tool) -> String {
+    argv_for(tool)
+        .ok()
+        .and_then(|argv| argv.into_iter().next())
+        .unwrap_or_default()
+}
+
+impl ClusterBackend {
+    /// Waits for the claim, execs the agent in its pod and drives the run; the bind time.
+    fn run_claimed(
+        &self,
+        claim: &str,
+        argv: Vec<String>,
+        caps: &Caps,
+        ctx: &RunContext,
+    ) -> Result<(session::VmRun, Instant)> {
+        let cluster = self.cluster.clone();
+        let name = claim.to_owned();
+        let timeout = self.options.claim_timeout;
+        let bound = self
+            .block(async move { cluster.wait_ready(&name, timeout).await }, ctx)?
+            .map_err(|e| cluster_error("waiting for the claim", e))?;
+        let bound_at = Instant::now();
+        let pods: Api<Pod> =
+            Api::namespaced(self.cluster.client().clone(), self.cluster.namespace());
+        let pod = bound.sandbox.clone();
+        let params = AttachParams::default()
+            .container(CONTAINER_NAME)
+            .stdin(true)
+            .stdout(true)
+            .stderr(true);
+        let attached = self
+            .block(
+                async move { pods.exec(&pod, AGENT_SERVE.to_vec(), &params).await },
+                ctx,
+            )?
+            .map_err(|e| {
+                Error::setup(
+                    format!(
+                        "cluster: exec {} in pod {}",
+                        AGENT_SERVE.join(" "),
+                        bound.sandbox
+                    ),
+                    std::io::Error::other(e.to_string()),
+                )
+            })?;
+        let instance = channel::PodChannel::open(self.runtime.handle(), attached, &bound.sandbox)?;
+        let plan = RunPlan {
+            boot: Boot::Cold,
+            ready_timeout: self.options.agent_timeout,
+            request: request(argv, caps),
+            stdin: &caps.stdin,
+            archives: Vec::new(),
+        };
+        let vm = session::run_on(Box::new(instance), plan, ctx).map_err(channel::rename)?;
+        Ok((vm, bound_at))
+    }
+}
