@@ -32,6 +32,8 @@ pub mod check;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod crd;
+#[cfg(feature = "fake")]
+pub mod fake;
 pub mod render;
 
 pub use crd::{Kind, Sandbox, SandboxClaim, SandboxTemplate, SandboxWarmPool};
