@@ -510,3 +510,84 @@ async fn dropping_the_server_leaves_no_process_and_no_directory() {
     }
     assert!(!root.exists(), "{} survived the server", root.display());
 }
+
+#[tokio::test]
+async fn without_warm_start_only_claimed_sandboxes_get_a_process() {
+    let agent = agent();
+    let server = FakeApiServer::start(options(&agent).warm_start(false)).expect("server");
+    let cluster = cluster(&server);
+    let (bound, pod) = bound_claim(&server, &cluster).await;
+    assert_eq!(pod.name, bound.sandbox);
+    let sandboxes: Api<sandbox_kube::Sandbox> = Api::namespaced(cluster.client().clone(), NS);
+    // The pool refills with a sandbox object that has no process.
+    let refilled = loop {
+        let list = sandboxes.list(&Default::default()).await.expect("list");
+        if list.items.len() == 2 {
+            break list.items;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(refilled
+        .iter()
+        .any(|s| s.metadata.name.as_deref() != Some(&bound.sandbox)));
+    let names: Vec<String> = server.pods().into_iter().map(|p| p.name).collect();
+    assert_eq!(names, vec![bound.sandbox]);
+}
+
+#[tokio::test]
+async fn exec_of_an_unmapped_command_fails_on_the_status_channel() {
+    let agent = agent();
+    let server = FakeApiServer::start(options(&agent)).expect("server");
+    let cluster = cluster(&server);
+    let (bound, _) = bound_claim(&server, &cluster).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client().clone(), NS);
+    let mut attached = pods
+        .exec(
+            &bound.sandbox,
+            ["/usr/bin/python3"],
+            &AttachParams::default(),
+        )
+        .await
+        .expect("exec");
+    let status = attached
+        .take_status()
+        .expect("status")
+        .await
+        .expect("a status");
+    assert_eq!(status.status.as_deref(), Some("Failure"));
+    assert!(status
+        .message
+        .unwrap_or_default()
+        .contains("/usr/bin/python3"));
+}
+
+#[tokio::test]
+async fn deleting_a_warm_pool_stops_its_unclaimed_pods_only() {
+    let agent = agent();
+    let server = FakeApiServer::start(options(&agent)).expect("server");
+    let cluster = cluster(&server);
+    let (bound, claimed) = bound_claim(&server, &cluster).await;
+    let warm = until("the pool to refill", || {
+        server.pods().into_iter().find(|p| p.name != bound.sandbox)
+    })
+    .await;
+    let pools: Api<sandbox_kube::SandboxWarmPool> = Api::namespaced(cluster.client().clone(), NS);
+    let pool = rendered(Boundary::Gvisor, 1)
+        .warm_pool
+        .metadata
+        .name
+        .expect("pool name");
+    pools
+        .delete(&pool, &Default::default())
+        .await
+        .expect("delete the pool");
+    assert!(
+        !alive(warm.pid.expect("pid")),
+        "the warm pod survived its pool"
+    );
+    assert!(!warm.dir.exists());
+    assert!(
+        alive(claimed.pid.expect("pid")),
+        "the claimed pod went with the pool"
+    );
+}

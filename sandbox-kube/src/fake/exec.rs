@@ -99,7 +99,12 @@ pub(crate) async fn serve(
     let shutdown = shared.shutdown.clone();
     tokio::spawn(async move {
         let _alive = alive;
-        let Ok(upgraded) = hyper::upgrade::on(request).await else {
+        let mut down = shutdown.clone();
+        let upgraded = tokio::select! {
+            upgraded = hyper::upgrade::on(request) => upgraded,
+            _ = down.wait_for(|down| *down) => return,
+        };
+        let Ok(upgraded) = upgraded else {
             return;
         };
         let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
@@ -181,10 +186,17 @@ async fn session(
             json!({"metadata": {}, "status": "Failure", "message": format!("cannot wait for the process: {e}"), "reason": "InternalError", "code": 500})
         }
     };
-    let _ = tx
-        .send(channel(STATUS, status.to_string().as_bytes()))
-        .await;
-    let _ = tx.close().await;
+    // A client that stops reading must not hold up the server's shutdown.
+    let finish = async {
+        let _ = tx
+            .send(channel(STATUS, status.to_string().as_bytes()))
+            .await;
+        let _ = tx.close().await;
+    };
+    tokio::select! {
+        () = finish => {}
+        _ = shutdown.wait_for(|down| *down) => {}
+    }
 }
 
 type WsTx = futures_util::stream::SplitSink<Ws, Message>;

@@ -80,7 +80,10 @@
 //! test double: nothing here is a sandbox.
 //!
 //! Dropping the [`FakeApiServer`] stops it, kills every process group it started, waits
-//! for the processes and removes every directory it made.
+//! for the processes and removes every directory it made. Should the test process die
+//! before that (killed, `abort`), the processes it started get `SIGKILL` from the kernel
+//! (parent-death signal; their own children are not covered), and the next server started
+//! on the machine removes the directories left behind.
 
 mod controller;
 mod exec;
@@ -293,8 +296,9 @@ impl FakeApiServer {
     /// threads) on its own thread: it works from synchronous tests and from inside another
     /// runtime.
     pub fn start(options: FakeOptions) -> Result<FakeApiServer, FakeError> {
+        sweep_stale_dirs();
         let dir = tempfile::Builder::new()
-            .prefix("strata-fake-api-")
+            .prefix(&format!("{DIR_PREFIX}{}-", std::process::id()))
             .tempdir()
             .map_err(|source| FakeError::Dir { source })?;
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
@@ -427,6 +431,38 @@ impl Drop for FakeApiServer {
         }
         if let Some(dir) = self.dir.take() {
             let _ = dir.close();
+        }
+    }
+}
+
+/// The prefix of the server's directory in the temporary directory, followed by the pid
+/// of the process that made it.
+const DIR_PREFIX: &str = "strata-fake-api-";
+
+/// Removes the directories of fake API servers whose process is gone (killed before it
+/// could clean up).
+fn sweep_stale_dirs() {
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            continue;
+        };
+        let gone = matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        );
+        if gone {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use rustix::process::{kill_process_group, Pid, Signal};
+use rustix::process::{kill_process_group, set_parent_process_death_signal, Pid, Signal};
 use tokio::process::{Child, Command};
 
 /// The only environment variable a pod or exec process gets.
@@ -36,8 +36,17 @@ pub(crate) fn spawn(
         ));
     };
     let pipe = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
-    Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    // SAFETY: the closure runs in the child between fork and exec and only makes one
+    // prctl(2) system call (no allocation, no lock): async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            // Killed if the server's thread goes without stopping it (a test binary killed
+            // before its FakeApiServer is dropped): no process outlives the server.
+            set_parent_process_death_signal(Some(Signal::KILL)).map_err(std::io::Error::from)
+        });
+    }
+    cmd.args(args)
         .current_dir(dir)
         .env_clear()
         .env("PATH", PATH_ENV)
