@@ -420,7 +420,11 @@ async fn exec_reports_the_exit_code_and_runs_in_the_pod_dir() {
     let env: Vec<&str> = lines[1..]
         .iter()
         .copied()
-        .filter(|l| !l.starts_with("PWD=") && !l.starts_with("SHLVL=") && !l.starts_with("_="))
+        .filter(|l| {
+            !["PWD=", "OLDPWD=", "SHLVL=", "_="]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
         .collect();
     assert_eq!(env, vec!["PATH=/usr/local/bin:/usr/bin:/bin"]);
 }
@@ -590,4 +594,75 @@ async fn deleting_a_warm_pool_stops_its_unclaimed_pods_only() {
         alive(claimed.pid.expect("pid")),
         "the claimed pod went with the pool"
     );
+}
+
+#[tokio::test]
+async fn a_client_dropping_its_exec_kills_the_process() {
+    let agent = agent();
+    let server = FakeApiServer::start(options(&agent)).expect("server");
+    let cluster = cluster(&server);
+    let (bound, pod) = bound_claim(&server, &cluster).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client().clone(), NS);
+    let mut attached = pods
+        .exec(
+            &bound.sandbox,
+            ["/bin/sh", "-c", "echo $$; exec sleep 1000000"],
+            &AttachParams::default(),
+        )
+        .await
+        .expect("exec");
+    let mut stdout = attached.stdout().expect("stdout");
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            stdout.read(&mut byte).await.expect("read"),
+            1,
+            "exec ended early"
+        );
+        line.push(byte[0]);
+    }
+    let pid: u32 = String::from_utf8_lossy(&line)
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(alive(pid));
+    drop(stdout);
+    drop(attached);
+    until("the exec's process to be killed", || {
+        (!alive(pid)).then_some(())
+    })
+    .await;
+    assert!(alive(pod.pid.expect("pid")), "the pod went with the exec");
+}
+
+#[tokio::test]
+async fn a_status_written_on_create_is_dropped() {
+    let agent = agent();
+    let server = FakeApiServer::start(options(&agent)).expect("server");
+    let api: Api<SandboxClaim> = Api::namespaced(server.client(NS).expect("client"), NS);
+    let mut claim = rendered(Boundary::Gvisor, 1).claim;
+    claim.status = Some(sandbox_kube::crd::SandboxClaimStatus {
+        conditions: vec![sandbox_kube::crd::Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "Forged".into(),
+            message: "forged by the client".into(),
+            last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+            observed_generation: None,
+        }],
+        sandbox: Some(sandbox_kube::crd::ClaimedSandbox {
+            name: "forged".into(),
+            pod_ips: vec![],
+        }),
+    });
+    let created = api
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create");
+    assert_eq!(created.status, None);
+    let meta = created.metadata;
+    assert!(meta.uid.is_some() && meta.creation_timestamp.is_some());
+    assert_eq!(meta.generation, Some(1));
+    assert_eq!(meta.namespace.as_deref(), Some(NS));
 }
