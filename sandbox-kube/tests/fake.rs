@@ -55,7 +55,7 @@ fn rendered(boundary: Boundary, pool: u32) -> Rendered {
 }
 
 fn cluster(server: &FakeApiServer) -> Cluster {
-    Cluster::new(server.client(NS).expect("a client"), NS)
+    server.cluster(NS).expect("a client")
 }
 
 fn alive(pid: u32) -> bool {

@@ -3,6 +3,27 @@
 //! (and [`crate::client::Cluster`]) can be tested end to end in `cargo test`, over real
 //! HTTP/1 on `127.0.0.1`, with real local processes standing for pods.
 //!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use sandbox_core::policy::Tier;
+//! use sandbox_kube::check::Pinned;
+//! use sandbox_kube::fake::{FakeApiServer, FakeOptions};
+//! use sandbox_kube::{render, render::AGENT_PATH, Boundary, RenderInput};
+//!
+//! let pinned = Pinned::load("sandbox-kube/tests/data/agent-sandbox")?;
+//! // Pods run `command[0]` mapped to a local executable (here, one that idles).
+//! let server = FakeApiServer::start(FakeOptions::new(pinned).command(AGENT_PATH, "/path/to/agent"))?;
+//! let cluster = server.cluster("default")?;
+//! let tier = render(&RenderInput::for_tier(&Tier::low(), "img", Boundary::Gvisor).with_warm_pool(1))?;
+//! cluster.apply_tier(&tier).await?;
+//! let claim = cluster.claim(&tier.claim).await?;
+//! let bound = cluster.wait_ready(&claim, std::time::Duration::from_secs(30)).await?;
+//! assert!(server.pods().iter().any(|p| p.name == bound.sandbox && p.running));
+//! cluster.release(&claim).await?; // the pod's process is gone when this returns
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # What it serves
 //!
 //! | path | verbs |
@@ -64,11 +85,13 @@
 //! [`FakeOptions::commands`] (not found: the sandbox never becomes ready, its status says
 //! why), the other words passed as given, the working directory the pod's directory, the
 //! environment empty but `PATH=/usr/local/bin:/usr/bin:/bin`, stdin, stdout and stderr
-//! `/dev/null`, in its own process group. The pod's name is the sandbox's. An exec runs its
+//! `/dev/null`, in its own process group. The pod's name is the sandbox's. Stopping a pod
+//! sends `SIGKILL` to its process group at once (no `SIGTERM` and grace period as a
+//! kubelet gives). An exec runs its
 //! command the same way (with the pipes it asks for) and ends with the kubelet's status on
 //! channel 3 (`Success`, or `Failure`/`NonZeroExitCode` with the exit code in
 //! `details.causes`). The client closing or dropping the connection kills the exec's
-//! process group.
+//! process group. The `container` parameter is ignored (one container per pod).
 //!
 //! # What it does not do
 //!
@@ -386,6 +409,15 @@ impl FakeApiServer {
         kube::Client::try_from(config).map_err(|e| error(e.to_string()))
     }
 
+    /// A [`crate::client::Cluster`] on `namespace` of this server (see
+    /// [`FakeApiServer::client`]).
+    pub fn cluster(&self, namespace: &str) -> Result<crate::client::Cluster, FakeError> {
+        Ok(crate::client::Cluster::new(
+            self.client(namespace)?,
+            namespace,
+        ))
+    }
+
     /// A kubeconfig (YAML) for this server: one cluster, one context (current, with
     /// `namespace`), one user with no credentials.
     pub fn kubeconfig(&self, namespace: &str) -> String {
@@ -405,7 +437,7 @@ impl FakeApiServer {
         self.dir.as_ref().map(|d| d.path())
     }
 
-    /// Every request answered so far, in order.
+    /// Every request answered so far, in order (all are kept: a test server is short-lived).
     pub fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.shared.requests).clone()
     }
