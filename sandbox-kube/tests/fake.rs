@@ -666,3 +666,42 @@ async fn a_status_written_on_create_is_dropped() {
     assert_eq!(meta.generation, Some(1));
     assert_eq!(meta.namespace.as_deref(), Some(NS));
 }
+
+#[tokio::test]
+async fn a_watch_replays_from_its_version_and_ends_with_a_bookmark_at_its_timeout() {
+    use futures_util::StreamExt;
+    let agent = agent();
+    let server = FakeApiServer::start(options(&agent)).expect("server");
+    let api: Api<SandboxTemplate> = Api::namespaced(server.client(NS).expect("client"), NS);
+    let mut template = rendered(Boundary::Gvisor, 1).template;
+    template.metadata.name = Some("first".into());
+    let first = api
+        .create(&PostParams::default(), &template)
+        .await
+        .expect("create");
+    template.metadata.name = Some("second".into());
+    api.create(&PostParams::default(), &template)
+        .await
+        .expect("create");
+    let since = first.metadata.resource_version.expect("version");
+    let params = WatchParams::default()
+        .timeout(1)
+        .fields("metadata.name=second");
+    let events: Vec<_> = api
+        .watch(&params, &since)
+        .await
+        .expect("watch")
+        .collect()
+        .await;
+    let names: Vec<String> = events
+        .iter()
+        .map(|e| match e {
+            Ok(WatchEvent::Added(t)) => {
+                format!("ADDED {}", t.metadata.name.as_deref().unwrap_or(""))
+            }
+            Ok(WatchEvent::Bookmark(_)) => "BOOKMARK".to_owned(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(names, vec!["ADDED second", "BOOKMARK"]);
+}

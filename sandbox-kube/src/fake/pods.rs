@@ -142,7 +142,11 @@ impl Pods {
                 Started::Running
             }
         };
-        self.lock().insert((ns.to_owned(), name.to_owned()), entry);
+        let replaced = self.lock().insert((ns.to_owned(), name.to_owned()), entry);
+        if let Some(old) = replaced {
+            // A sandbox of the same name but another uid whose pod was never stopped.
+            tokio::spawn(finish(old));
+        }
         outcome
     }
 
