@@ -23,7 +23,7 @@
 // Sandbox
 
 /** An isolation backend. */
-export type BackendKind = 'process' | 'wasm' | 'container' | 'microvm'
+export type BackendKind = 'process' | 'wasm' | 'container' | 'microvm' | 'cluster'
 
 /** Which isolation backend runs a tool: one of them, or `'auto'` to route by tool. */
 export type BackendName = 'auto' | BackendKind
@@ -627,6 +627,7 @@ export type Mechanism =
   | 'wasm'
   | 'proxy'
   | 'vm'
+  | 'cluster'
 
 /**
  * Why the egress enforcement refused a connection: no rule admits it or its address is in an

@@ -64,7 +64,7 @@ _Risk = Literal["compute", "files", "build", "untrusted"]
 _Access = Literal["ro", "rw"]
 _SystemDirs = Literal["runtime", "none"]
 _ContainerRuntime = Literal["native", "docker", "podman", "runsc"]
-_BackendKind = Literal["process", "wasm", "container", "microvm"]
+_BackendKind = Literal["process", "wasm", "container", "microvm", "cluster"]
 _Strictness = Literal["strict", "best_effort"]
 _LimitKind = Literal[
     "wall", "cpu", "memory", "pids", "output", "disk", "file_size", "fuel", "open_files",
@@ -110,6 +110,7 @@ _Mechanism = Literal[
     "wasm",
     "proxy",
     "vm",
+    "cluster",
 ]
 _EgressRefusal = Literal["policy", "bad_request", "unresolvable", "connect_failed", "budget"]
 

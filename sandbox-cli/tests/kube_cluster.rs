@@ -1,0 +1,125 @@
+//! `strata kube apply` and `strata run --backend cluster` against the in-process fake API
+//! server (sandbox-kube's `fake`): the objects are checked against the pinned CRDs and
+//! admission policy on the way in, and the run happens in a pod (a local process with the
+//! real guest agent) reached over the exec stream.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use sandbox_kube::check::Pinned;
+use sandbox_kube::fake::{FakeApiServer, FakeOptions};
+use sandbox_kube::render::AGENT_PATH;
+
+const NS: &str = "agents";
+
+fn pinned() -> Pinned {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandbox-kube/tests/data/agent-sandbox");
+    Pinned::load(&dir).unwrap_or_else(|e| panic!("pinned data in {}: {e}", dir.display()))
+}
+
+/// The guest agent, built next to the strata binary (`cargo build --workspace --bins`).
+fn agent() -> PathBuf {
+    let strata = PathBuf::from(env!("CARGO_BIN_EXE_strata"));
+    let agent = strata.with_file_name("strata-guest-agent");
+    assert!(
+        agent.is_file(),
+        "{} is missing: build it first (cargo build -p sandbox-vm --bin strata-guest-agent, same profile)",
+        agent.display()
+    );
+    agent
+}
+
+fn strata(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("strata runs")
+}
+
+#[test]
+fn kube_apply_then_run_on_the_cluster_backend() {
+    let server = FakeApiServer::start(FakeOptions::new(pinned()).command(AGENT_PATH, agent()))
+        .expect("the fake API server starts");
+    let kubeconfig = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(kubeconfig.path(), server.kubeconfig(NS)).expect("write the kubeconfig");
+    let config = kubeconfig.path().to_str().expect("utf-8 path");
+    let apply = |expect: &str| {
+        let out = strata(&[
+            "kube",
+            "apply",
+            "--tier",
+            "low",
+            "--image",
+            "strata-tools:1",
+            "--namespace",
+            NS,
+            "--kubeconfig",
+            config,
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains(&format!("SandboxTemplate {NS}/strata-low: {expect}")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("SandboxWarmPool {NS}/strata-low: {expect}")),
+            "{text}"
+        );
+    };
+    apply("Created");
+    apply("Unchanged");
+    let out = strata(&[
+        "run",
+        "--backend",
+        "cluster",
+        "--tier",
+        "low",
+        "--namespace",
+        NS,
+        "--kubeconfig",
+        config,
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo hi from the pod; exit 4",
+    ]);
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "JSON result ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(result["stdout"], "hi from the pod\n", "{result}");
+    assert_eq!(result["exit_code"], 4, "{result}");
+    assert_eq!(result["receipt"]["backend"], "cluster", "{result}");
+    assert_eq!(result["receipt"]["policy"]["tier"], "low", "{result}");
+    let enforced = result["receipt"]["enforced"].to_string();
+    assert!(enforced.contains("runtime class gvisor"), "{enforced}");
+    assert!(enforced.contains("NetworkPolicy"), "{enforced}");
+}
+
+#[test]
+fn cluster_flags_need_the_cluster_backend_and_a_pool() {
+    let out = strata(&["run", "--backend", "cluster", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--warm-pool"));
+    let out = strata(&[
+        "run",
+        "--backend",
+        "process",
+        "--warm-pool",
+        "p",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--backend cluster"));
+}
