@@ -277,6 +277,11 @@ pub struct RunArgs {
     /// (as `strata kube apply --tier TIER` names it).
     #[arg(long = "warm-pool", value_name = "NAME")]
     pub warm_pool: Option<String>,
+    /// With --backend cluster: the strata CLI in the pool's image (e.g. /strata/strata); the
+    /// tool then runs under Strata's process backend inside the pod too. Default: none (the
+    /// pod's runtime class is the boundary).
+    #[arg(long = "inner-cli", value_name = "PATH")]
+    pub inner_cli: Option<String>,
     /// Declare the tool's risk (compute, files, build or untrusted); with --backend auto
     /// the backend is chosen from it (untrusted: microvm; build: container; compute: wasm)
     /// and never a weaker one unless --allow-weaker. The receipt records the route.
@@ -336,6 +341,7 @@ pub struct ClusterTarget {
     pub kubeconfig: Option<PathBuf>,
     pub namespace: String,
     pub warm_pool: String,
+    pub inner_cli: Option<String>,
 }
 
 /// A `HOST[:GUEST]` argument as a mount: HOST made absolute against `cwd` (lexically), and
@@ -550,11 +556,12 @@ impl RunArgs {
                 kubeconfig: self.kubeconfig,
                 namespace: self.namespace,
                 warm_pool,
+                inner_cli: self.inner_cli,
             })
         } else {
-            if self.kubeconfig.is_some() || self.warm_pool.is_some() {
+            if self.kubeconfig.is_some() || self.warm_pool.is_some() || self.inner_cli.is_some() {
                 return Err(Error::invalid(
-                    "--kubeconfig and --warm-pool are for --backend cluster",
+                    "--kubeconfig, --warm-pool and --inner-cli are for --backend cluster",
                 ));
             }
             None
@@ -658,6 +665,11 @@ mod tests {
             "--approver",
             "--approve-interactive",
             "--profile",
+            // Where --backend cluster runs.
+            "--kubeconfig",
+            "--namespace",
+            "--warm-pool",
+            "--inner-cli",
         ];
         let unnamed: Vec<&String> = flags
             .keys()

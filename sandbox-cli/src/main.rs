@@ -158,8 +158,9 @@ fn run(args: RunArgs) -> ExitCode {
         builder = builder.audit(path);
     }
     if let Some(target) = &request.cluster {
-        let options =
+        let mut options =
             sandbox_kube::backend::ClusterOptions::new(&target.namespace, &target.warm_pool);
+        options.inner_cli.clone_from(&target.inner_cli);
         match sandbox_kube::backend::ClusterBackend::connect(target.kubeconfig.as_deref(), options)
         {
             Ok(cluster) => builder = builder.cluster(Arc::new(cluster)),

@@ -104,6 +104,38 @@ fn kube_apply_then_run_on_the_cluster_backend() {
     let enforced = result["receipt"]["enforced"].to_string();
     assert!(enforced.contains("runtime class gvisor"), "{enforced}");
     assert!(enforced.contains("NetworkPolicy"), "{enforced}");
+    // With the CLI in the image (the fake's pods see this machine: this very binary), the
+    // tool runs under the process backend inside the pod too.
+    let out = strata(&[
+        "run",
+        "--backend",
+        "cluster",
+        "--tier",
+        "low",
+        "--namespace",
+        NS,
+        "--kubeconfig",
+        config,
+        "--inner-cli",
+        env!("CARGO_BIN_EXE_strata"),
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo layered",
+    ]);
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "JSON result ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(result["stdout"], "layered\n", "{result}");
+    assert_eq!(
+        result["receipt"]["layers"],
+        serde_json::json!(["cluster", "process"]),
+        "{result}"
+    );
 }
 
 #[test]
@@ -122,4 +154,6 @@ fn cluster_flags_need_the_cluster_backend_and_a_pool() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--backend cluster"));
+    let out = strata(&["run", "--inner-cli", "/strata/strata", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
 }

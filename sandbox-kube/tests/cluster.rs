@@ -51,6 +51,22 @@ struct Fixture {
 }
 
 fn fixture(boundary: Boundary) -> Fixture {
+    fixture_with(boundary, None)
+}
+
+/// The `strata` CLI built with this workspace (what the pod's image would hold; the fake's
+/// pods see this machine's file system).
+fn strata_cli() -> String {
+    let cli = agent_binary().with_file_name("strata");
+    assert!(
+        cli.is_file(),
+        "{} is missing: build it first (cargo build -p sandbox-cli, same profile)",
+        cli.display()
+    );
+    cli.display().to_string()
+}
+
+fn fixture_with(boundary: Boundary, inner_cli: Option<String>) -> Fixture {
     let server = FakeApiServer::start(
         FakeOptions::new(Pinned::load(common::pinned_dir()).expect("the pinned data"))
             .command(AGENT_PATH, agent_binary()),
@@ -68,6 +84,7 @@ fn fixture(boundary: Boundary) -> Fixture {
     assert_eq!(applied.template, Outcome::Created);
     let mut options = ClusterOptions::new(NS, "strata-low");
     options.claim_timeout = Duration::from_secs(5);
+    options.inner_cli = inner_cli;
     let backend = ClusterBackend::connect(Some(kubeconfig.path()), options).expect("connect");
     Fixture {
         backend,
@@ -282,4 +299,45 @@ fn a_kubeconfig_that_cannot_be_used_is_a_typed_error() {
     let err = ClusterBackend::connect(Some(https.path()), ClusterOptions::new(NS, "p"))
         .expect_err("https needs TLS");
     assert!(err.to_string().contains("kubectl proxy"), "{err}");
+}
+
+#[test]
+fn with_the_cli_in_the_image_the_tool_runs_under_stratas_sandbox_inside_the_pod() {
+    let f = fixture_with(Boundary::Gvisor, Some(strata_cli()));
+    let caps = Caps {
+        stdin: b"through two layers".to_vec(),
+        ..Caps::default()
+    };
+    let out = f
+        .backend
+        .run(
+            &sh("cat; echo; grep '^Seccomp:' /proc/self/status; exit 5"),
+            &caps,
+            &RunContext::default(),
+        )
+        .expect("the layered run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status, ExitStatus::Exited { code: 5 }, "{stdout}");
+    assert!(stdout.starts_with("through two layers\n"), "{stdout}");
+    // The agent alone leaves the tool unfiltered here (the fake's pods are plain
+    // processes); under the inner layer the tool runs behind Strata's seccomp filter.
+    assert!(stdout.contains("Seccomp:\t2"), "{stdout}");
+    let receipt = &out.receipt;
+    assert_eq!(
+        receipt.layers,
+        vec![BackendKind::Cluster, BackendKind::Process]
+    );
+    assert!(
+        receipt.has(Capability::Syscalls, "in the pod: "),
+        "{receipt:?}"
+    );
+    assert!(receipt.has_kind(Capability::Syscalls, Mechanism::Seccomp));
+    assert!(
+        !receipt
+            .gaps
+            .iter()
+            .any(|g| g.reason.contains("no seccomp filter")),
+        "the layer closes that gap"
+    );
+    until_released(&f.server);
 }

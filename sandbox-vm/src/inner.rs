@@ -32,6 +32,29 @@ const RESULT_FILE: &str = "/run/strata/inner-result.json";
 /// builds its sandbox and reports within this; the inner sandbox enforces the timeout).
 pub const INNER_SLACK_MS: u64 = 10_000;
 
+/// Where the inner run's pieces are on the far side: the `strata` CLI, the caps file the
+/// agent writes, the result file it reads back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InnerPaths {
+    /// The `strata` CLI.
+    pub cli: String,
+    /// The caps file (written by the agent before the run).
+    pub caps_file: String,
+    /// The result file (written by the inner CLI, sent back by the agent).
+    pub result_file: String,
+}
+
+impl InnerPaths {
+    /// The microVM guest's: the CLI on the tools disk, the files under `/run/strata`.
+    pub fn guest() -> InnerPaths {
+        InnerPaths {
+            cli: format!("{TOOLS_DIR}/strata"),
+            caps_file: CAPS_FILE.into(),
+            result_file: RESULT_FILE.into(),
+        }
+    }
+}
+
 /// A run inside the guest's own sandbox.
 #[derive(Debug)]
 pub struct InnerRun {
@@ -54,6 +77,19 @@ pub struct InnerRun {
 /// [`Error::Invalid`] for a container spec the guest cannot run (an engine runtime, a kept
 /// workspace) or caps that do not serialize.
 pub fn plan(tool: &Tool, caps: &Caps, proxy_env: &[(String, String)]) -> Result<InnerRun> {
+    plan_at(tool, caps, proxy_env, &InnerPaths::guest())
+}
+
+/// [`plan`] with the CLI and its files at `paths` (e.g. in a pod's image and workspace).
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_at(
+    tool: &Tool,
+    caps: &Caps,
+    proxy_env: &[(String, String)],
+    paths: &InnerPaths,
+) -> Result<InnerRun> {
     let mut inner = caps.clone();
     inner.mounts = caps
         .mounts
@@ -105,14 +141,14 @@ pub fn plan(tool: &Tool, caps: &Caps, proxy_env: &[(String, String)]) -> Result<
     let caps_json = serde_json::to_vec(&inner)
         .map_err(|e| Error::invalid(format!("caps for the guest: {e}")))?;
     let mut argv = vec![
-        format!("{TOOLS_DIR}/strata"),
+        paths.cli.clone(),
         "run".into(),
         "--backend".into(),
         backend.to_string(),
         "--caps".into(),
-        CAPS_FILE.into(),
+        paths.caps_file.clone(),
         "--result-file".into(),
-        RESULT_FILE.into(),
+        paths.result_file.clone(),
         "--stdin".into(),
         "--raw-output".into(),
     ];
@@ -138,10 +174,10 @@ pub fn plan(tool: &Tool, caps: &Caps, proxy_env: &[(String, String)]) -> Result<
         backend,
         argv,
         files: vec![GuestFile {
-            path: CAPS_FILE.into(),
+            path: paths.caps_file.clone(),
             data: caps_json,
         }],
-        report: RESULT_FILE.into(),
+        report: paths.result_file.clone(),
         input,
     })
 }
@@ -262,17 +298,22 @@ pub fn parse(report: Option<&[u8]>, stderr: &[u8]) -> Result<InnerResult> {
 /// enforcements, gaps and denials are listed with `in the guest:` before their mechanism
 /// or detail.
 pub fn merge(outer: &mut Receipt, inner: Receipt) {
+    merge_as(outer, inner, "in the guest");
+}
+
+/// [`merge`], each inner line prefixed with `place` (`in the pod`).
+pub fn merge_as(outer: &mut Receipt, inner: Receipt, place: &str) {
     outer.layers.extend(inner.layers);
     for mut e in inner.enforced {
-        e.mechanism = format!("in the guest: {}", e.mechanism);
+        e.mechanism = format!("{place}: {}", e.mechanism);
         outer.enforced.push(e);
     }
     for mut g in inner.gaps {
-        g.reason = format!("in the guest: {}", g.reason);
+        g.reason = format!("{place}: {}", g.reason);
         outer.gaps.push(g);
     }
     for mut d in inner.denials {
-        d.detail = format!("in the guest: {}", d.detail);
+        d.detail = format!("{place}: {}", d.detail);
         outer.denials.push(d);
     }
     if outer.container.is_none() {

@@ -21,10 +21,14 @@
 //! NetworkPolicy lets the pod reach only the egress proxy, but a per-run allowlist on that
 //! proxy is not wired up yet.
 //!
+//! With [`ClusterOptions::inner_cli`] (the `strata` CLI in the pool's image) the agent runs
+//! the tool through that CLI under Strata's process backend inside the pod, as the microVM
+//! backend does in its guest ([`sandbox_vm::inner`]); the inner receipt is merged.
+//!
 //! The receipt states what the cluster enforced, read from the pool's `SandboxTemplate`
-//! (runtime class, security context, resource limits, NetworkPolicy), what the agent
-//! enforced, and what nothing enforced (no landlock or seccomp layer of Strata's inside the
-//! pod: gVisor implements no landlock; per-run memory and CPU below the template's).
+//! (runtime class, security context, resource limits, NetworkPolicy), what the agent (or the
+//! inner layer) enforced, and what nothing enforced (without the inner layer: no landlock or
+//! seccomp of Strata's inside the pod; gVisor implements no landlock either way).
 
 mod channel;
 mod template;
@@ -40,8 +44,9 @@ use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Check, Error, LimitKind, Mechanism, Net,
     Receipt, ResourceUsage, Result, RunContext, RunOutput, ScriptLanguage, Strictness, Tool,
 };
-use sandbox_vm::protocol::{GuestRlimits, RunRequest};
-use sandbox_vm::session::{self, Boot, RunPlan};
+use sandbox_vm::inner::{self, InnerPaths, InnerRun};
+use sandbox_vm::protocol::{GuestExit, GuestRlimits, RunRequest};
+use sandbox_vm::session::{self, Boot, Ending, RunPlan};
 
 use crate::client::{Cluster, ClusterError};
 use crate::crd::{ClaimLifecycle, NameRef, SandboxClaimSpec, ShutdownPolicy};
@@ -75,6 +80,12 @@ pub struct ClusterOptions {
     pub claim_timeout: Duration,
     /// How long the exec'd agent may take to answer. Default [`DEFAULT_AGENT_TIMEOUT`].
     pub agent_timeout: Duration,
+    /// The `strata` CLI in the pool's image (e.g. `/strata/strata`). With it, the agent runs
+    /// the tool through that CLI under Strata's process backend inside the pod (namespaces,
+    /// seccomp, landlock where the runtime has it, cgroups), as the microVM backend does in
+    /// its guest, and the receipt lists that layer too. Default: none (the agent runs the
+    /// tool itself; the runtime class is the only boundary).
+    pub inner_cli: Option<String>,
 }
 
 impl ClusterOptions {
@@ -85,6 +96,7 @@ impl ClusterOptions {
             warm_pool: warm_pool.into(),
             claim_timeout: DEFAULT_CLAIM_TIMEOUT,
             agent_timeout: DEFAULT_AGENT_TIMEOUT,
+            inner_cli: None,
         }
     }
 }
@@ -334,12 +346,62 @@ fn refusals(caps: &Caps, strictness: Strictness) -> Result<Vec<(Capability, Stri
     Ok(gaps)
 }
 
-fn request(argv: Vec<String>, caps: &Caps) -> RunRequest {
-    let limits = &caps.limits;
-    let mut env: std::collections::BTreeMap<String, String> = POD_ENV
+/// The inner run's caps and result files, in the pod's workspace (the agent's working
+/// directory), out of the inner sandbox's sight.
+const INNER_CAPS: &str = ".strata-inner/caps.json";
+const INNER_RESULT: &str = ".strata-inner/result.json";
+
+/// The inner run through the image's `strata` CLI, if the options name one.
+fn inner_plan(
+    cli: Option<&str>,
+    tool: &Tool,
+    caps: &Caps,
+    strictness: Strictness,
+) -> Result<Option<InnerRun>> {
+    let Some(cli) = cli else { return Ok(None) };
+    let paths = InnerPaths {
+        cli: cli.to_owned(),
+        caps_file: INNER_CAPS.into(),
+        result_file: INNER_RESULT.into(),
+    };
+    let mut inner = inner::plan_at(tool, caps, &[], &paths)?;
+    if strictness == Strictness::BestEffort {
+        inner.argv.insert(2, "--best-effort".into());
+    }
+    Ok(Some(inner))
+}
+
+fn pod_env() -> std::collections::BTreeMap<String, String> {
+    POD_ENV
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        .collect()
+}
+
+/// The run request of an inner run: the CLI's argv and files; its limits are the inner
+/// sandbox's (the agent keeps the wall clock, with slack, and the output cap).
+fn inner_request(inner: &InnerRun, caps: &Caps) -> RunRequest {
+    let limits = &caps.limits;
+    RunRequest {
+        argv: inner.argv.clone(),
+        env: pod_env(),
+        cwd: String::new(),
+        timeout_ms: (limits.timeout.as_millis().min(u128::from(u64::MAX)) as u64)
+            .saturating_add(inner::INNER_SLACK_MS),
+        output_cap: limits.output.bytes(),
+        entropy: entropy(),
+        rlimits: GuestRlimits::default(),
+        clock_unix_ns: 0,
+        mounts: Vec::new(),
+        files: inner.files.clone(),
+        report: Some(inner.report.clone()),
+        network: false,
+    }
+}
+
+fn request(argv: Vec<String>, caps: &Caps) -> RunRequest {
+    let limits = &caps.limits;
+    let mut env = pod_env();
     env.extend(caps.env.clone());
     RunRequest {
         argv,
@@ -400,18 +462,43 @@ impl Backend for ClusterBackend {
         let mut gaps = refusals(caps, ctx.strictness)?;
         let seen = self.template()?.clone();
         gaps.extend(template::check_limits(&seen, caps, ctx.strictness)?);
+        let inner = inner_plan(
+            self.options.inner_cli.as_deref(),
+            tool,
+            caps,
+            ctx.strictness,
+        )?;
+        let request = match &inner {
+            Some(inner) => inner_request(inner, caps),
+            None => request(argv, caps),
+        };
         let cluster = self.cluster.clone();
         let claim = claim_on(&self.options.warm_pool);
         let name = self
             .block(async move { cluster.claim(&claim).await }, ctx)?
             .map_err(|e| cluster_error("claim", e))?;
         let claimed = Instant::now();
-        let outcome = self.run_claimed(&name, argv, caps, ctx);
+        let outcome = self.run_claimed(&name, request, caps, ctx);
         self.release(&name);
         let (vm, bound_after) = outcome?;
-        let (status, limit_hit) = session::exit_status(&vm.ending, tool_program(tool).as_str())?;
+        let inner_result = match (&inner, &vm.ending) {
+            (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
+                Some(inner::parse(vm.report.as_deref(), &vm.stderr).map_err(channel::rename)?)
+            }
+            _ => None,
+        };
+        let (status, limit_hit) = match &inner_result {
+            Some(result) => {
+                let limit = match result.status {
+                    sandbox_core::ExitStatus::Limit { limit, .. } => Some(limit),
+                    _ => None,
+                };
+                (result.status, limit)
+            }
+            None => session::exit_status(&vm.ending, tool_program(tool).as_str())?,
+        };
         let mut receipt = Receipt::new(BackendKind::Cluster, ctx.strictness);
-        template::fill_receipt(&mut receipt, &seen, caps);
+        template::fill_receipt(&mut receipt, &seen, caps, inner.is_some());
         receipt.enforce(
             Capability::Lifetime,
             Mechanism::Cluster,
@@ -425,7 +512,12 @@ impl Backend for ClusterBackend {
         for (cap, reason) in gaps {
             receipt.gap(cap, reason);
         }
+        let inner_ran = inner_result.is_some();
+        if let Some(result) = inner_result {
+            inner::merge_as(&mut receipt, result.receipt, "in the pod");
+        }
         match limit_hit {
+            _ if inner_ran => {}
             Some(LimitKind::Wall) => receipt.deny(
                 Capability::Wall,
                 format!(
@@ -501,7 +593,7 @@ impl ClusterBackend {
     fn run_claimed(
         &self,
         claim: &str,
-        argv: Vec<String>,
+        request: RunRequest,
         caps: &Caps,
         ctx: &RunContext,
     ) -> Result<(session::VmRun, Instant)> {
@@ -539,7 +631,7 @@ impl ClusterBackend {
         let plan = RunPlan {
             boot: Boot::Cold,
             ready_timeout: self.options.agent_timeout,
-            request: request(argv, caps),
+            request,
             stdin: &caps.stdin,
             archives: Vec::new(),
         };

@@ -204,7 +204,9 @@ pub(crate) fn check_limits(
 }
 
 /// What the cluster and the pod's agent enforced, from the template and the caps.
-pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Caps) {
+/// `layered`: the tool ran under Strata's process backend inside the pod, whose own receipt
+/// (merged after this) states the per-process limits, the filter and the rules.
+pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Caps, layered: bool) {
     let template = &seen.template;
     match seen.runtime_class.as_deref() {
         Some(class) => receipt.enforce(
@@ -218,10 +220,12 @@ pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Ca
             format!("template {template} names no runtime class: the pod shares its node's kernel"),
         ),
     }
-    receipt.gap(
-        Capability::Syscalls,
-        "no seccomp filter or landlock rules of Strata's inside the pod (gVisor implements no landlock): the runtime class and the runtime's default seccomp profile are the boundary",
-    );
+    if !layered {
+        receipt.gap(
+            Capability::Syscalls,
+            "no seccomp filter or landlock rules of Strata's inside the pod (gVisor implements no landlock): the runtime class and the runtime's default seccomp profile are the boundary",
+        );
+    }
     receipt.enforce(
         Capability::Privileges,
         Mechanism::Cluster,
@@ -293,6 +297,9 @@ pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Ca
         "the pod's agent",
         format!("{} per stream", limits.output),
     );
+    if layered {
+        return;
+    }
     receipt.enforce(
         Capability::Cpu,
         Mechanism::Rlimit,
