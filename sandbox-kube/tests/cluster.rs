@@ -341,3 +341,66 @@ fn with_the_cli_in_the_image_the_tool_runs_under_stratas_sandbox_inside_the_pod(
     );
     until_released(&f.server);
 }
+
+#[test]
+fn a_session_holds_one_pod_across_calls_and_releases_it_on_close() {
+    let f = fixture(Boundary::Gvisor);
+    let session = f
+        .backend
+        .session(&RunContext::default())
+        .expect("a session");
+    session
+        .write_file("notes/first.txt", b"written from the host\n")
+        .expect("write");
+    let out = session
+        .run(
+            &sh("cat notes/first.txt; echo 'added by call 1' >> notes/first.txt"),
+            &Caps::default(),
+            &RunContext::default(),
+        )
+        .expect("call 1");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "written from the host\n"
+    );
+    assert!(out.receipt.has(Capability::Lifetime, "claimed pod"));
+    let out = session
+        .run(
+            &sh("wc -l < notes/first.txt"),
+            &Caps::default(),
+            &RunContext::default(),
+        )
+        .expect("call 2 sees call 1's file");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2");
+    assert_eq!(
+        session.read_file("notes/first.txt").expect("read"),
+        b"written from the host\nadded by call 1\n"
+    );
+    for bad in ["/etc/passwd", "../escape", "notes/../../x", ""] {
+        assert!(
+            matches!(session.read_file(bad), Err(Error::InvalidRequest { .. })),
+            "{bad:?} refused"
+        );
+        assert!(matches!(
+            session.write_file(bad, b"x"),
+            Err(Error::InvalidRequest { .. })
+        ));
+    }
+    let missing = session.read_file("nope.txt").expect_err("missing");
+    assert!(missing.to_string().contains("not found"), "{missing}");
+    assert_eq!(
+        claims_posted(&f.server),
+        1,
+        "one claim for the whole session"
+    );
+    let pod = session.pod().to_owned();
+    session.close();
+    assert!(matches!(
+        session.run(&sh("true"), &Caps::default(), &RunContext::default()),
+        Err(Error::InvalidRequest { .. })
+    ));
+    assert!(
+        f.server.pods().iter().all(|p| p.name != pod || !p.running),
+        "the session's pod is gone"
+    );
+}

@@ -21,6 +21,9 @@
 //! NetworkPolicy lets the pod reach only the egress proxy, but a per-run allowlist on that
 //! proxy is not wired up yet.
 //!
+//! [`ClusterBackend::session`] holds one claimed pod across calls ([`ClusterSession`]: runs,
+//! file writes and reads over the same channel, the claim deleted on close).
+//!
 //! With [`ClusterOptions::inner_cli`] (the `strata` CLI in the pool's image) the agent runs
 //! the tool through that CLI under Strata's process backend inside the pod, as the microVM
 //! backend does in its guest ([`sandbox_vm::inner`]); the inner receipt is merged.
@@ -31,6 +34,7 @@
 //! seccomp of Strata's inside the pod; gVisor implements no landlock either way).
 
 mod channel;
+mod pod_session;
 mod template;
 
 use std::path::Path;
@@ -53,6 +57,7 @@ use crate::crd::{ClaimLifecycle, NameRef, SandboxClaimSpec, ShutdownPolicy};
 use crate::render::{AGENT_SERVE, CONTAINER_NAME, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::{Kind, SandboxClaim};
 
+pub use pod_session::{ClusterSession, MAX_READ, MAX_WRITE};
 pub use template::TemplateSeen;
 
 /// How long a claim may take to bind a ready sandbox by default: 60 s (a cold pod pulls its
@@ -260,6 +265,14 @@ pub fn apply(
         .map_err(|e| cluster_error("apply", e))
 }
 
+/// A run checked and planned, before its pod is claimed.
+struct Prepared {
+    seen: TemplateSeen,
+    gaps: Vec<(Capability, String)>,
+    inner: Option<InnerRun>,
+    request: RunRequest,
+}
+
 /// A claim on `pool`, named by the API server (`generateName`), deleted with its sandbox
 /// on expiry.
 pub fn claim_on(pool: &str) -> SandboxClaim {
@@ -457,95 +470,26 @@ impl Backend for ClusterBackend {
 
     fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         let started = Instant::now();
-        caps.validate()?;
-        let argv = argv_for(tool)?;
-        let mut gaps = refusals(caps, ctx.strictness)?;
-        let seen = self.template()?.clone();
-        gaps.extend(template::check_limits(&seen, caps, ctx.strictness)?);
-        let inner = inner_plan(
-            self.options.inner_cli.as_deref(),
-            tool,
-            caps,
-            ctx.strictness,
-        )?;
-        let request = match &inner {
-            Some(inner) => inner_request(inner, caps),
-            None => request(argv, caps),
-        };
+        let prepared = self.prepare(tool, caps, ctx, true)?;
         let cluster = self.cluster.clone();
         let claim = claim_on(&self.options.warm_pool);
         let name = self
             .block(async move { cluster.claim(&claim).await }, ctx)?
             .map_err(|e| cluster_error("claim", e))?;
         let claimed = Instant::now();
-        let outcome = self.run_claimed(&name, request, caps, ctx);
+        let outcome = self.bind(&name, ctx).and_then(|bound| {
+            let bound_at = Instant::now();
+            let vm = self.drive(&bound.sandbox, prepared.request.clone(), caps, ctx)?;
+            Ok((vm, bound_at))
+        });
         self.release(&name);
-        let (vm, bound_after) = outcome?;
-        let inner_result = match (&inner, &vm.ending) {
-            (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
-                Some(inner::parse(vm.report.as_deref(), &vm.stderr).map_err(channel::rename)?)
-            }
-            _ => None,
-        };
-        let (status, limit_hit) = match &inner_result {
-            Some(result) => {
-                let limit = match result.status {
-                    sandbox_core::ExitStatus::Limit { limit, .. } => Some(limit),
-                    _ => None,
-                };
-                (result.status, limit)
-            }
-            None => session::exit_status(&vm.ending, tool_program(tool).as_str())?,
-        };
-        let mut receipt = Receipt::new(BackendKind::Cluster, ctx.strictness);
-        template::fill_receipt(&mut receipt, &seen, caps, inner.is_some());
-        receipt.enforce(
-            Capability::Lifetime,
-            Mechanism::Cluster,
-            "claim deleted after the run",
-            format!(
-                "SandboxClaim {name} on pool {} bound in {} ms; deleted with its sandbox and pod when the run ended",
-                self.options.warm_pool,
-                bound_after.saturating_duration_since(claimed).as_millis()
-            ),
+        let (vm, bound_at) = outcome?;
+        let lifetime = format!(
+            "SandboxClaim {name} on pool {} bound in {} ms; deleted with its sandbox and pod when the run ended",
+            self.options.warm_pool,
+            bound_at.saturating_duration_since(claimed).as_millis()
         );
-        for (cap, reason) in gaps {
-            receipt.gap(cap, reason);
-        }
-        let inner_ran = inner_result.is_some();
-        if let Some(result) = inner_result {
-            inner::merge_as(&mut receipt, result.receipt, "in the pod");
-        }
-        match limit_hit {
-            _ if inner_ran => {}
-            Some(LimitKind::Wall) => receipt.deny(
-                Capability::Wall,
-                format!(
-                    "timeout {} ms reached; the tool was killed",
-                    caps.limits.timeout.as_millis()
-                ),
-            ),
-            Some(LimitKind::Output) => receipt.deny(
-                Capability::Output,
-                format!(
-                    "output cap {} reached; the tool was killed",
-                    caps.limits.output
-                ),
-            ),
-            _ => {}
-        }
-        let cap = caps.limits.output.bytes();
-        let truncated = |len: usize| limit_hit == Some(LimitKind::Output) && len as u64 >= cap;
-        Ok(RunOutput {
-            status,
-            stdout_truncated: truncated(vm.stdout.len()),
-            stderr_truncated: truncated(vm.stderr.len()),
-            stdout: vm.stdout,
-            stderr: vm.stderr,
-            duration: started.elapsed(),
-            usage: ResourceUsage::default(),
-            receipt,
-        })
+        self.finish(tool, caps, ctx, prepared, vm, started, lifetime)
     }
 
     fn report(&self) -> BackendReport {
@@ -589,24 +533,54 @@ fn tool_program(tool: &Tool) -> String {
 }
 
 impl ClusterBackend {
-    /// Waits for the claim, execs the agent in its pod and drives the run; the bind time.
-    fn run_claimed(
+    /// Checks `caps` against what a pod can honour (nothing is claimed when this fails) and
+    /// builds the run request (`layered`: through the image's CLI when the options name one).
+    fn prepare(
         &self,
-        claim: &str,
-        request: RunRequest,
+        tool: &Tool,
         caps: &Caps,
         ctx: &RunContext,
-    ) -> Result<(session::VmRun, Instant)> {
+        layered: bool,
+    ) -> Result<Prepared> {
+        caps.validate()?;
+        let argv = argv_for(tool)?;
+        let mut gaps = refusals(caps, ctx.strictness)?;
+        let seen = self.template()?.clone();
+        gaps.extend(template::check_limits(&seen, caps, ctx.strictness)?);
+        let cli = self.options.inner_cli.as_deref().filter(|_| layered);
+        let inner = inner_plan(cli, tool, caps, ctx.strictness)?;
+        let request = match &inner {
+            Some(inner) => inner_request(inner, caps),
+            None => request(argv, caps),
+        };
+        Ok(Prepared {
+            seen,
+            gaps,
+            inner,
+            request,
+        })
+    }
+
+    /// Waits until the claim `claim` is bound to a ready sandbox.
+    fn bind(&self, claim: &str, ctx: &RunContext) -> Result<crate::client::Bound> {
         let cluster = self.cluster.clone();
         let name = claim.to_owned();
         let timeout = self.options.claim_timeout;
-        let bound = self
-            .block(async move { cluster.wait_ready(&name, timeout).await }, ctx)?
-            .map_err(|e| cluster_error("waiting for the claim", e))?;
-        let bound_at = Instant::now();
+        self.block(async move { cluster.wait_ready(&name, timeout).await }, ctx)?
+            .map_err(|e| cluster_error("waiting for the claim", e))
+    }
+
+    /// Execs the agent's `serve` in `pod` and drives `request` over its stream.
+    fn drive(
+        &self,
+        pod: &str,
+        request: RunRequest,
+        caps: &Caps,
+        ctx: &RunContext,
+    ) -> Result<session::VmRun> {
         let pods: Api<Pod> =
             Api::namespaced(self.cluster.client().clone(), self.cluster.namespace());
-        let pod = bound.sandbox.clone();
+        let name = pod.to_owned();
         let params = AttachParams::default()
             .container(CONTAINER_NAME)
             .stdin(true)
@@ -614,20 +588,16 @@ impl ClusterBackend {
             .stderr(true);
         let attached = self
             .block(
-                async move { pods.exec(&pod, AGENT_SERVE.to_vec(), &params).await },
+                async move { pods.exec(&name, AGENT_SERVE.to_vec(), &params).await },
                 ctx,
             )?
             .map_err(|e| {
                 Error::setup(
-                    format!(
-                        "cluster: exec {} in pod {}",
-                        AGENT_SERVE.join(" "),
-                        bound.sandbox
-                    ),
+                    format!("cluster: exec {} in pod {pod}", AGENT_SERVE.join(" ")),
                     std::io::Error::other(e.to_string()),
                 )
             })?;
-        let instance = channel::PodChannel::open(self.runtime.handle(), attached, &bound.sandbox)?;
+        let instance = channel::PodChannel::open(self.runtime.handle(), attached, pod)?;
         let plan = RunPlan {
             boot: Boot::Cold,
             ready_timeout: self.options.agent_timeout,
@@ -635,7 +605,84 @@ impl ClusterBackend {
             stdin: &caps.stdin,
             archives: Vec::new(),
         };
-        let vm = session::run_on(Box::new(instance), plan, ctx).map_err(channel::rename)?;
-        Ok((vm, bound_at))
+        session::run_on(Box::new(instance), plan, ctx).map_err(channel::rename)
+    }
+
+    /// The run's output and receipt from what came back (`lifetime`: how the pod was held).
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        tool: &Tool,
+        caps: &Caps,
+        ctx: &RunContext,
+        prepared: Prepared,
+        vm: session::VmRun,
+        started: Instant,
+        lifetime: String,
+    ) -> Result<RunOutput> {
+        let Prepared {
+            seen, gaps, inner, ..
+        } = prepared;
+        let inner_result = match (&inner, &vm.ending) {
+            (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
+                Some(inner::parse(vm.report.as_deref(), &vm.stderr).map_err(channel::rename)?)
+            }
+            _ => None,
+        };
+        let (status, limit_hit) = match &inner_result {
+            Some(result) => {
+                let limit = match result.status {
+                    sandbox_core::ExitStatus::Limit { limit, .. } => Some(limit),
+                    _ => None,
+                };
+                (result.status, limit)
+            }
+            None => session::exit_status(&vm.ending, tool_program(tool).as_str())?,
+        };
+        let mut receipt = Receipt::new(BackendKind::Cluster, ctx.strictness);
+        template::fill_receipt(&mut receipt, &seen, caps, inner.is_some());
+        receipt.enforce(
+            Capability::Lifetime,
+            Mechanism::Cluster,
+            "claimed pod",
+            lifetime,
+        );
+        for (cap, reason) in gaps {
+            receipt.gap(cap, reason);
+        }
+        let inner_ran = inner_result.is_some();
+        if let Some(result) = inner_result {
+            inner::merge_as(&mut receipt, result.receipt, "in the pod");
+        }
+        match limit_hit {
+            _ if inner_ran => {}
+            Some(LimitKind::Wall) => receipt.deny(
+                Capability::Wall,
+                format!(
+                    "timeout {} ms reached; the tool was killed",
+                    caps.limits.timeout.as_millis()
+                ),
+            ),
+            Some(LimitKind::Output) => receipt.deny(
+                Capability::Output,
+                format!(
+                    "output cap {} reached; the tool was killed",
+                    caps.limits.output
+                ),
+            ),
+            _ => {}
+        }
+        let cap = caps.limits.output.bytes();
+        let truncated = |len: usize| limit_hit == Some(LimitKind::Output) && len as u64 >= cap;
+        Ok(RunOutput {
+            status,
+            stdout_truncated: truncated(vm.stdout.len()),
+            stderr_truncated: truncated(vm.stderr.len()),
+            stdout: vm.stdout,
+            stderr: vm.stderr,
+            duration: started.elapsed(),
+            usage: ResourceUsage::default(),
+            receipt,
+        })
     }
 }
