@@ -74,29 +74,31 @@ fn kube_apply_then_run_on_the_cluster_backend() {
     };
     apply("Created");
     apply("Unchanged");
-    let out = strata(&[
-        "run",
-        "--backend",
-        "cluster",
-        "--tier",
-        "low",
-        "--namespace",
-        NS,
-        "--kubeconfig",
-        config,
-        "--json",
-        "--",
-        "sh",
-        "-c",
-        "echo hi from the pod; exit 4",
-    ]);
-    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "JSON result ({e}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let run_json = |extra: &[&str], script: &str| -> serde_json::Value {
+        let mut args = vec![
+            "run",
+            "--backend",
+            "cluster",
+            "--tier",
+            "low",
+            "--namespace",
+            NS,
+            "--kubeconfig",
+            config,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        args.extend(["--", "sh", "-c", script]);
+        let out = strata(&args);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "JSON result ({e}): {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let result = run_json(&[], "echo hi from the pod; exit 4");
     assert_eq!(result["stdout"], "hi from the pod\n", "{result}");
     assert_eq!(result["exit_code"], 4, "{result}");
     assert_eq!(result["receipt"]["backend"], "cluster", "{result}");
@@ -106,30 +108,10 @@ fn kube_apply_then_run_on_the_cluster_backend() {
     assert!(enforced.contains("NetworkPolicy"), "{enforced}");
     // With the CLI in the image (the fake's pods see this machine: this very binary), the
     // tool runs under the process backend inside the pod too.
-    let out = strata(&[
-        "run",
-        "--backend",
-        "cluster",
-        "--tier",
-        "low",
-        "--namespace",
-        NS,
-        "--kubeconfig",
-        config,
-        "--inner-cli",
-        env!("CARGO_BIN_EXE_strata"),
-        "--json",
-        "--",
-        "sh",
-        "-c",
+    let result = run_json(
+        &["--inner-cli", env!("CARGO_BIN_EXE_strata")],
         "echo layered",
-    ]);
-    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "JSON result ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    );
     assert_eq!(result["stdout"], "layered\n", "{result}");
     assert_eq!(
         result["receipt"]["layers"],

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use sandbox_core::{
     Backend, BackendKind, BackendReport, ByteSize, Capability, Caps, Check, Error, ExitStatus,
-    LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput,
-    ScriptLanguage, Strictness, Tool,
+    LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput, Strictness,
+    Tool,
 };
 
 use crate::artifacts::GuestArtifacts;
@@ -599,21 +599,10 @@ fn host_entropy() -> Vec<u8> {
 
 /// The argv the agent runs for `tool`.
 fn argv_for(tool: &Tool, layered: bool) -> Result<Vec<String>> {
+    if let Some(argv) = session::plain_argv(tool)? {
+        return Ok(argv);
+    }
     match tool {
-        Tool::Command { argv } => {
-            if argv.is_empty() {
-                return Err(Error::invalid("argv must not be empty"));
-            }
-            Ok(argv.clone())
-        }
-        Tool::Script {
-            language: ScriptLanguage::Sh,
-            source,
-        } => Ok(vec!["/bin/sh".into(), "-c".into(), source.clone()]),
-        Tool::Script {
-            language: ScriptLanguage::Python,
-            source,
-        } => Ok(vec!["python3".into(), "-c".into(), source.clone()]),
         Tool::Script { language, .. } => Err(Error::unavailable(
             BackendKind::Microvm,
             format!(

@@ -243,6 +243,30 @@ fn drive(
     })
 }
 
+/// The argv an agent runs for a command, an `sh` script or a `python` script (`None` for
+/// other tools, which each backend answers for itself).
+///
+/// # Errors
+/// [`Error::InvalidRequest`] for an empty argv.
+pub fn plain_argv(tool: &sandbox_core::Tool) -> Result<Option<Vec<String>>> {
+    use sandbox_core::{ScriptLanguage, Tool};
+    Ok(match tool {
+        Tool::Command { argv } if argv.is_empty() => {
+            return Err(Error::invalid("argv must not be empty"))
+        }
+        Tool::Command { argv } => Some(argv.clone()),
+        Tool::Script {
+            language: ScriptLanguage::Sh,
+            source,
+        } => Some(vec!["/bin/sh".into(), "-c".into(), source.clone()]),
+        Tool::Script {
+            language: ScriptLanguage::Python,
+            source,
+        } => Some(vec!["python3".into(), "-c".into(), source.clone()]),
+        _ => None,
+    })
+}
+
 /// The run's status and the limit it hit, from how it ended (`program`: the tool's
 /// `argv[0]`, named when it could not start).
 ///

@@ -46,7 +46,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Check, Error, LimitKind, Mechanism, Net,
-    Receipt, ResourceUsage, Result, RunContext, RunOutput, ScriptLanguage, Strictness, Tool,
+    Receipt, ResourceUsage, Result, RunContext, RunOutput, Strictness, Tool,
 };
 use sandbox_vm::inner::{self, InnerPaths, InnerRun};
 use sandbox_vm::protocol::{GuestExit, GuestRlimits, RunRequest};
@@ -298,17 +298,10 @@ pub fn claim_on(pool: &str) -> SandboxClaim {
 
 /// The argv the agent runs for `tool`.
 fn argv_for(tool: &Tool) -> Result<Vec<String>> {
+    if let Some(argv) = session::plain_argv(tool)? {
+        return Ok(argv);
+    }
     match tool {
-        Tool::Command { argv } if argv.is_empty() => Err(Error::invalid("argv must not be empty")),
-        Tool::Command { argv } => Ok(argv.clone()),
-        Tool::Script {
-            language: ScriptLanguage::Sh,
-            source,
-        } => Ok(vec!["/bin/sh".into(), "-c".into(), source.clone()]),
-        Tool::Script {
-            language: ScriptLanguage::Python,
-            source,
-        } => Ok(vec!["python3".into(), "-c".into(), source.clone()]),
         Tool::Script { language, .. } => Err(Error::unavailable(
             BackendKind::Cluster,
             format!("{language} scripts: the cluster backend runs sh and python scripts and commands (the interpreter must be in the pool's image)"),
