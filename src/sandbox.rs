@@ -41,7 +41,7 @@ impl FromStr for BackendChoice {
         } else {
             s.parse().map(BackendChoice::Only).map_err(|_| {
                 Error::invalid(format!(
-                    "unknown backend {s:?} (expected auto, process, container, wasm or microvm)"
+                    "unknown backend {s:?} (expected auto, process, container, wasm, microvm or cluster)"
                 ))
             })
         }

@@ -402,6 +402,10 @@ mod tests {
         let err = "vm".parse::<BackendKind>().expect_err("unknown");
         assert!(err
             .to_string()
-            .contains("process, wasm, container or microvm"));
+            .contains("process, wasm, container, microvm or cluster"));
+        assert_eq!(
+            "cluster".parse::<BackendKind>().expect("known"),
+            BackendKind::Cluster
+        );
     }
 }
