@@ -286,10 +286,18 @@ pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Ca
         Capability::Wall,
         Mechanism::Supervisor,
         "the pod's agent",
-        format!(
-            "timeout {} ms: the tool's process group is killed",
-            limits.timeout.as_millis()
-        ),
+        if layered {
+            format!(
+                "timeout {} ms plus {} ms for the inner sandbox to start and report, as a backstop; the inner sandbox enforces the timeout itself",
+                limits.timeout.as_millis(),
+                sandbox_vm::inner::INNER_SLACK_MS
+            )
+        } else {
+            format!(
+                "timeout {} ms: the tool's process group is killed",
+                limits.timeout.as_millis()
+            )
+        },
     );
     receipt.enforce(
         Capability::Output,
