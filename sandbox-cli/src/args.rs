@@ -282,6 +282,11 @@ pub struct RunArgs {
     /// pod's runtime class is the boundary).
     #[arg(long = "inner-cli", value_name = "PATH")]
     pub inner_cli: Option<String>,
+    /// With --backend cluster: where this process serves the egress proxy for an allowlist
+    /// run. Default: the address the pool's template sends pods' egress to (`strata kube
+    /// apply --egress-proxy IP:PORT`), which must be one of this machine's.
+    #[arg(long = "egress-listen", value_name = "IP:PORT")]
+    pub egress_listen: Option<std::net::SocketAddr>,
     /// Declare the tool's risk (compute, files, build or untrusted); with --backend auto
     /// the backend is chosen from it (untrusted: microvm; build: container; compute: wasm)
     /// and never a weaker one unless --allow-weaker. The receipt records the route.
@@ -342,6 +347,7 @@ pub struct ClusterTarget {
     pub namespace: String,
     pub warm_pool: String,
     pub inner_cli: Option<String>,
+    pub egress_listen: Option<std::net::SocketAddr>,
 }
 
 /// A `HOST[:GUEST]` argument as a mount: HOST made absolute against `cwd` (lexically), and
@@ -557,11 +563,16 @@ impl RunArgs {
                 namespace: self.namespace,
                 warm_pool,
                 inner_cli: self.inner_cli,
+                egress_listen: self.egress_listen,
             })
         } else {
-            if self.kubeconfig.is_some() || self.warm_pool.is_some() || self.inner_cli.is_some() {
+            if self.kubeconfig.is_some()
+                || self.warm_pool.is_some()
+                || self.inner_cli.is_some()
+                || self.egress_listen.is_some()
+            {
                 return Err(Error::invalid(
-                    "--kubeconfig, --warm-pool and --inner-cli are for --backend cluster",
+                    "--kubeconfig, --warm-pool, --inner-cli and --egress-listen are for --backend cluster",
                 ));
             }
             None
@@ -670,6 +681,7 @@ mod tests {
             "--namespace",
             "--warm-pool",
             "--inner-cli",
+            "--egress-listen",
         ];
         let unnamed: Vec<&String> = flags
             .keys()

@@ -161,6 +161,7 @@ fn run(args: RunArgs) -> ExitCode {
         let mut options =
             sandbox_kube::backend::ClusterOptions::new(&target.namespace, &target.warm_pool);
         options.inner_cli.clone_from(&target.inner_cli);
+        options.egress_listen = target.egress_listen;
         match sandbox_kube::backend::ClusterBackend::connect(target.kubeconfig.as_deref(), options)
         {
             Ok(cluster) => builder = builder.cluster(Arc::new(cluster)),

@@ -139,3 +139,110 @@ fn cluster_flags_need_the_cluster_backend_and_a_pool() {
     let out = strata(&["run", "--inner-cli", "/strata/strata", "--", "true"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A loopback HTTP server answering one request with `body`; its port.
+fn upstream(body: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn an_allowlist_run_on_the_cluster_goes_through_the_egress_proxy_the_template_names() {
+    let server = FakeApiServer::start(FakeOptions::new(pinned()).command(AGENT_PATH, agent()))
+        .expect("the fake API server starts");
+    let kubeconfig = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(kubeconfig.path(), server.kubeconfig(NS)).expect("write the kubeconfig");
+    let config = kubeconfig.path().to_str().expect("utf-8 path");
+    let proxy_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let proxy = format!("127.0.0.1:{proxy_port}");
+    let out = strata(&[
+        "kube",
+        "apply",
+        "--tier",
+        "high",
+        "--image",
+        "strata-tools:1",
+        "--egress-proxy",
+        &proxy,
+        "--namespace",
+        NS,
+        "--kubeconfig",
+        config,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let port = upstream("through the proxy");
+    // The pods reach the proxy at the template's address; this process listens on every
+    // address of the machine (as it would behind NAT).
+    let listen = format!("0.0.0.0:{proxy_port}");
+    let net = format!("allow:127.0.0.1:{port}");
+    let script = format!(
+        "curl -sS -m 20 http://127.0.0.1:{port}/; echo; curl -sS -m 20 -o /dev/null -w '%{{http_code}}' http://example.com/"
+    );
+    let out = strata(&[
+        "run",
+        "--backend",
+        "cluster",
+        "--tier",
+        "high",
+        "--namespace",
+        NS,
+        "--kubeconfig",
+        config,
+        "--egress-listen",
+        &listen,
+        "--net",
+        &net,
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "JSON result ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(result["stdout"], "through the proxy\n403", "{result}");
+    let network = &result["receipt"]["network"];
+    assert!(
+        network["enforcer"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(&proxy) && e.ends_with(&listen)),
+        "{network}"
+    );
+    assert_eq!(
+        network["decisions"].as_array().map(Vec::len),
+        Some(2),
+        "{network}"
+    );
+}

@@ -470,6 +470,56 @@ impl AcceptOne for UnixListener {
     }
 }
 
+impl EgressProxy {
+    /// Serves every run registered with this proxy on `listener`, each client tied to its
+    /// run by the credential it presents (without a registered one: `407`). For sandboxes
+    /// that reach the proxy over a network rather than through a listener of their own (a
+    /// cluster's pods, whose NetworkPolicy lets them reach only this address). Callable
+    /// from any thread. Serving stops when the returned [`SharedListener`] drops; the
+    /// runs stay registered.
+    pub fn serve_shared(&self, listener: std::net::TcpListener) -> io::Result<SharedListener> {
+        let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let _entered = self.runtime.enter();
+        let tcp = TcpListener::from_std(listener)?;
+        let runs = Arc::downgrade(&self.runs);
+        let clients = self.clients.clone();
+        let task = self.runtime.spawn(async move {
+            loop {
+                match tcp.accept().await {
+                    Ok((stream, peer)) => {
+                        tracing::debug!(target: "strata::egress", %peer, "accepted on the shared listener");
+                        spawn_client(stream, runs.clone(), &clients);
+                    }
+                    Err(err) => accept_error(err).await,
+                }
+            }
+        });
+        Ok(SharedListener { task, addr })
+    }
+}
+
+/// A listener serving every run of a proxy ([`EgressProxy::serve_shared`]). Dropping it
+/// closes the listener; tunnels already open run on.
+#[derive(Debug)]
+pub struct SharedListener {
+    task: JoinHandle<()>,
+    addr: SocketAddr,
+}
+
+impl SharedListener {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for SharedListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A runs table holding only `grant`'s run, and a weak handle on it for the accept loop.
 fn only_run(grant: &RunGrant) -> (Arc<Runs>, Weak<Runs>) {
     let runs: Arc<Runs> = Arc::default();

@@ -163,6 +163,44 @@ async fn connect_tunnel_reaches_echo_server_opened_by_explicit_loopback_cidr() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_listener_holds_each_run_to_its_own_policy_by_credential() {
+    let (port, accepted) = echo_server().await;
+    let proxy = EgressProxy::attach_only(tokio::runtime::Handle::current());
+    let open = proxy
+        .register(policy(&[format!("127.0.0.1/32:{port}")]), Budget::UNLIMITED)
+        .unwrap();
+    let closed = proxy.register(policy(&[]), Budget::UNLIMITED).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let shared = proxy.serve_shared(listener).unwrap();
+    let addr = shared.addr();
+    let target = format!("127.0.0.1:{port}");
+
+    let (status, mut stream) = connect(addr, &open, &target).await;
+    assert_eq!(status, 200, "the run whose allowlist names the server");
+    echo_roundtrip(&mut stream, b"one listener, many runs").await;
+    let (status, _) = connect(addr, &closed, &target).await;
+    assert_eq!(
+        status, 403,
+        "another run's empty allowlist, on the same listener"
+    );
+    let (status, _) = connect_raw(addr, &target, None).await;
+    assert_eq!(status, 407, "no credential");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+
+    let revoked = open.proxy_authorization();
+    drop(open);
+    let (status, _) = connect_raw(addr, &target, Some(&revoked)).await;
+    assert_eq!(status, 407, "a finished run's credential");
+
+    drop(shared);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "the listener closes with its handle"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_pipelined_after_the_connect_head_are_forwarded() {
     let (port, _) = echo_server().await;
     let (_proxy, grant, addr) =

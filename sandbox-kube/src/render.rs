@@ -248,6 +248,61 @@ impl EgressProxy {
         Ok(())
     }
 
+    /// The proxy a NetworkPolicy's egress rules send pods to, when they are exactly one
+    /// rule of the shape [`render`] writes (one peer: a single address, or namespace and
+    /// pod labels; one TCP port). `None` for anything else (no egress, or rules written by
+    /// hand).
+    pub fn of_policy(egress: &[NetworkPolicyEgressRule]) -> Option<EgressProxy> {
+        let [rule] = egress else { return None };
+        let [peer] = rule.to.as_deref()? else {
+            return None;
+        };
+        let [port] = rule.ports.as_deref()? else {
+            return None;
+        };
+        if port.protocol.as_deref().unwrap_or("TCP") != "TCP" || port.end_port.is_some() {
+            return None;
+        }
+        let port = match port.port.as_ref()? {
+            IntOrString::Int(n) => u16::try_from(*n).ok().filter(|p| *p != 0)?,
+            IntOrString::String(_) => return None,
+        };
+        let proxy = match (&peer.ip_block, &peer.namespace_selector, &peer.pod_selector) {
+            (Some(block), None, None) => {
+                if block.except.as_ref().is_some_and(|e| !e.is_empty()) {
+                    return None;
+                }
+                let (ip, bits) = block.cidr.split_once('/')?;
+                let ip: std::net::IpAddr = ip.parse().ok()?;
+                let host_bits = if ip.is_ipv4() { "32" } else { "128" };
+                if bits != host_bits {
+                    return None;
+                }
+                EgressProxy::Address(SocketAddr::new(ip, port))
+            }
+            (None, Some(ns), Some(pods)) => {
+                if ns.match_expressions.is_some() || pods.match_expressions.is_some() {
+                    return None;
+                }
+                let ns = ns.match_labels.as_ref()?;
+                let [(key, namespace)] = ns.iter().collect::<Vec<_>>()[..] else {
+                    return None;
+                };
+                if key != "kubernetes.io/metadata.name" {
+                    return None;
+                }
+                EgressProxy::Pods {
+                    namespace: namespace.clone(),
+                    labels: pods.match_labels.clone()?,
+                    port,
+                }
+            }
+            _ => return None,
+        };
+        proxy.validate().ok()?;
+        Some(proxy)
+    }
+
     fn rule(&self) -> NetworkPolicyEgressRule {
         let (peer, port) = match self {
             EgressProxy::Address(addr) => {

@@ -8,20 +8,23 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandbox_core::policy::Tier;
 use sandbox_core::{
     Access, Backend, BackendKind, ByteSize, Capability, Caps, Error, ExitStatus, LimitKind,
-    Mechanism, Mount, RunContext, Strictness, Tool,
+    Mechanism, Mount, Net, NetRule, RunContext, Strictness, Tool,
 };
 use sandbox_kube::backend::{apply, ClusterBackend, ClusterOptions};
 use sandbox_kube::check::Pinned;
 use sandbox_kube::client::Outcome;
 use sandbox_kube::fake::{FakeApiServer, FakeOptions};
 use sandbox_kube::render::AGENT_PATH;
-use sandbox_kube::{render, Boundary, RenderInput};
+use sandbox_kube::{render, Boundary, EgressProxy, RenderInput};
 
 const NS: &str = "agents";
 const HANG: Duration = Duration::from_secs(60);
@@ -67,6 +70,14 @@ fn strata_cli() -> String {
 }
 
 fn fixture_with(boundary: Boundary, inner_cli: Option<String>) -> Fixture {
+    fixture_of(
+        RenderInput::for_tier(&Tier::low(), "strata-tools:1", boundary),
+        inner_cli,
+    )
+}
+
+/// A fake cluster with `input`'s objects applied, and a backend claiming from its pool.
+fn fixture_of(input: RenderInput, inner_cli: Option<String>) -> Fixture {
     let server = FakeApiServer::start(
         FakeOptions::new(Pinned::load(common::pinned_dir()).expect("the pinned data"))
             .command(AGENT_PATH, agent_binary()),
@@ -74,15 +85,11 @@ fn fixture_with(boundary: Boundary, inner_cli: Option<String>) -> Fixture {
     .expect("the fake API server starts");
     let kubeconfig = tempfile::NamedTempFile::new().expect("a temp file");
     std::fs::write(kubeconfig.path(), server.kubeconfig(NS)).expect("write the kubeconfig");
-    let rendered = render(
-        &RenderInput::for_tier(&Tier::low(), "strata-tools:1", boundary)
-            .with_namespace(NS)
-            .with_warm_pool(1),
-    )
-    .expect("render");
+    let pool = format!("strata-{}", input.name);
+    let rendered = render(&input.with_namespace(NS).with_warm_pool(1)).expect("render");
     let applied = apply(Some(kubeconfig.path()), NS, &rendered).expect("apply");
     assert_eq!(applied.template, Outcome::Created);
-    let mut options = ClusterOptions::new(NS, "strata-low");
+    let mut options = ClusterOptions::new(NS, pool);
     options.claim_timeout = Duration::from_secs(5);
     options.inner_cli = inner_cli;
     let backend = ClusterBackend::connect(Some(kubeconfig.path()), options).expect("connect");
@@ -403,4 +410,189 @@ fn a_session_holds_one_pod_across_calls_and_releases_it_on_close() {
         f.server.pods().iter().all(|p| p.name != pod || !p.running),
         "the session's pod is gone"
     );
+}
+
+/// A loopback HTTP server answering every request with [`UPSTREAM_BODY`]; its port and the
+/// number of connections it accepted.
+fn upstream() -> (u16, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{UPSTREAM_BODY}",
+                UPSTREAM_BODY.len()
+            );
+        }
+    });
+    (port, accepted)
+}
+
+const UPSTREAM_BODY: &str = "hello from upstream";
+
+/// A free loopback port (for the template's egress proxy address).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A pool whose template sends egress only to an egress proxy on this machine's loopback
+/// (the fake's pods are local processes, so they reach it there).
+fn egress_fixture(inner_cli: Option<String>) -> (Fixture, std::net::SocketAddr) {
+    let proxy = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let caps = Caps {
+        net: Net::Allow(Vec::new()),
+        ..Caps::default()
+    };
+    let input = RenderInput::new("net", "strata-tools:1", Boundary::Gvisor, caps)
+        .with_egress_proxy(EgressProxy::Address(proxy));
+    (fixture_of(input, inner_cli), proxy)
+}
+
+/// `curl` through the proxy variables the run got: the allowlisted upstream's body, then
+/// the HTTP status for an unlisted host, then the proxy URL (credential included).
+fn curl_script(port: u16) -> Tool {
+    sh(&format!(
+        "curl -sS -m 20 http://127.0.0.1:{port}/; echo; \
+         curl -sS -m 20 -o /dev/null -w '%{{http_code}}\\n' http://example.com/; \
+         echo \"$http_proxy\""
+    ))
+}
+
+#[test]
+fn an_allowlist_run_reaches_only_its_hosts_through_the_egress_proxy() {
+    for inner in [None, Some(strata_cli())] {
+        let layered = inner.is_some();
+        let (f, proxy) = egress_fixture(inner);
+        let (port, accepted) = upstream();
+        let rule: NetRule = format!("127.0.0.1:{port}").parse().expect("rule");
+        let caps = Caps {
+            net: Net::Allow(vec![rule]),
+            ..Caps::default()
+        };
+        let out = f
+            .backend
+            .run(&curl_script(port), &caps, &RunContext::default())
+            .expect("the run");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines.get(..2),
+            Some(&[UPSTREAM_BODY, "403"][..]),
+            "layered {layered}: {stdout}\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            out.receipt
+        );
+        assert!(
+            lines[2].ends_with(&format!("@{proxy}")),
+            "the proxy URL names the template's address: {}",
+            lines[2]
+        );
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one upstream connection"
+        );
+        let receipt = &out.receipt;
+        assert!(
+            receipt.has_kind(Capability::Net, Mechanism::Proxy),
+            "{receipt}"
+        );
+        let net = receipt.network.as_ref().expect("network receipt");
+        assert!(
+            net.enforcer.contains(&proxy.to_string()),
+            "{}",
+            net.enforcer
+        );
+        let allowed: Vec<_> = net.decisions.iter().filter(|d| d.allowed).collect();
+        let refused: Vec<_> = net.decisions.iter().filter(|d| !d.allowed).collect();
+        assert_eq!(allowed.len(), 1, "{net:?}");
+        assert_eq!(allowed[0].port, port);
+        assert_eq!(refused.len(), 1, "{net:?}");
+        assert_eq!(refused[0].host, "example.com");
+        assert!(
+            !receipt.gaps.iter().any(|g| g.capability == Capability::Net),
+            "{receipt}"
+        );
+        if layered {
+            assert_eq!(
+                receipt.layers,
+                vec![BackendKind::Cluster, BackendKind::Process]
+            );
+            assert!(
+                receipt.has(Capability::Net, "in the pod: the outer network"),
+                "the inner sandbox shares the pod's network, whose only peer is the proxy: {receipt}"
+            );
+        }
+        until_released(&f.server);
+    }
+}
+
+#[test]
+fn a_leaked_proxy_credential_dies_with_its_run() {
+    let (f, proxy) = egress_fixture(None);
+    let (port, accepted) = upstream();
+    let caps = Caps {
+        net: Net::Allow(vec![format!("127.0.0.1:{port}").parse().expect("rule")]),
+        ..Caps::default()
+    };
+    let out = f
+        .backend
+        .run(&sh("echo \"$http_proxy\""), &caps, &RunContext::default())
+        .expect("the run");
+    let leaked = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(leaked.contains('@'), "the tool saw a proxy URL: {leaked}");
+    // Used after the run (by the tool's accomplice, or a later run handed the URL): the
+    // proxy no longer knows the credential.
+    let status = std::process::Command::new("curl")
+        .args(["-sS", "-m", "20", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(["--proxy", &leaked])
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "407", "{proxy}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "nothing reached upstream"
+    );
+}
+
+#[test]
+fn an_allowlist_on_a_pool_without_egress_is_refused_before_anything_is_claimed() {
+    let f = fixture(Boundary::Gvisor);
+    let caps = Caps {
+        net: Net::Allow(vec!["example.com:443".parse().expect("rule")]),
+        ..Caps::default()
+    };
+    for strictness in [Strictness::Strict, Strictness::BestEffort] {
+        let ctx = RunContext {
+            strictness,
+            ..RunContext::default()
+        };
+        let err = f
+            .backend
+            .run(&sh("true"), &caps, &ctx)
+            .expect_err("the template lets pods reach nothing");
+        assert!(
+            matches!(err, Error::InvalidRequest { .. }) && err.to_string().contains("egress"),
+            "{err}"
+        );
+    }
+    assert_eq!(claims_posted(&f.server), 0, "nothing was claimed");
 }

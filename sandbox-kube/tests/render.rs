@@ -269,6 +269,10 @@ fn tier_without_network_has_no_egress_at_all() {
     ))
     .expect("render");
     assert!(r.template.spec.network_policy.egress.is_empty());
+    assert_eq!(
+        EgressProxy::of_policy(&r.template.spec.network_policy.egress),
+        None
+    );
     // An empty list is written out: the controller applies upstream's default (public
     // internet) only when the whole `networkPolicy` is absent.
     let json = serde_json::to_value(&r.template).expect("json");
@@ -311,6 +315,11 @@ fn allowlist_egress_goes_only_to_the_proxy_and_never_to_dns() {
             .expect("render");
             let egress = &r.template.spec.network_policy.egress;
             assert_eq!(egress.len(), 1, "{text}: one rule");
+            assert_eq!(
+                EgressProxy::of_policy(egress),
+                Some(proxy.clone()),
+                "{text}: the cluster backend reads the proxy back from the template"
+            );
             let json = serde_json::to_value(&egress[0]).expect("json");
             assert_eq!(json["to"], to, "{text}");
             assert_eq!(

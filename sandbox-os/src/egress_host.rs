@@ -9,6 +9,7 @@ use sandbox_core::caps::Secret;
 use sandbox_core::receipt::{Denial, NetworkReceipt};
 use sandbox_core::{EgressPolicy, Error, Limits, Net, Result};
 use sandbox_egress::secrets::BoundSecret;
+pub use sandbox_egress::SharedListener;
 use sandbox_egress::{Attached, Budget, EgressProxy, RunGrant};
 
 use crate::egress_link;
@@ -50,6 +51,20 @@ impl EgressHost {
             runtime: Some(runtime),
             proxy,
         })
+    }
+}
+
+impl EgressHost {
+    /// Serves every run registered with this host on a TCP listener bound at `addr` (port
+    /// 0: one the OS chooses), each client tied to its run by its credential: for
+    /// sandboxes that reach the proxy over a network (a cluster's pods). Serving stops when
+    /// the returned listener drops.
+    ///
+    /// # Errors
+    /// When `addr` cannot be bound (not one of this machine's addresses, or in use).
+    pub fn serve_shared(&self, addr: std::net::SocketAddr) -> io::Result<SharedListener> {
+        let listener = TcpListener::bind(addr)?;
+        self.proxy.serve_shared(listener)
     }
 }
 

@@ -37,7 +37,7 @@ mod supervise;
 mod sys;
 pub mod workspace;
 
-pub use egress_host::{EgressHost, RunEgress};
+pub use egress_host::{EgressHost, RunEgress, SharedListener};
 pub use helper::main as helper_main;
 pub use identity::IdRange;
 pub use pool::{PoolSize, PoolStats};

@@ -911,6 +911,7 @@ impl Backend for MicrovmBackend {
         };
         self.fill_receipt(&mut receipt, caps, &plan, &accel, &guest);
         grant_receipt(&mut receipt, caps, &prepared, &written_back);
+        let proxied = egress.is_some();
         if let Some(egress) = egress {
             let (network, denials) = egress.run.finish_as(format!(
                 "{} in the guest -> the host's egress proxy",
@@ -934,7 +935,16 @@ impl Backend for MicrovmBackend {
         }
         let inner_ran = inner_result.is_some();
         if let Some(result) = inner_result {
-            inner::merge(&mut receipt, result.receipt);
+            if proxied {
+                inner::merge_proxied(
+                    &mut receipt,
+                    result.receipt,
+                    "in the guest",
+                    NetRelay::GUEST_PROXY,
+                );
+            } else {
+                inner::merge(&mut receipt, result.receipt);
+            }
             if let (Some(seen), Some(spec)) = (receipt.container.as_mut(), &caps.container) {
                 // The image as the caller named it, not its guest path.
                 seen.image = spec.image.clone();

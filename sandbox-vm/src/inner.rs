@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use sandbox_core::{
-    BackendKind, Caps, ContainerRuntime, Error, ExitStatus, LimitKind, Mount, Net, Receipt, Result,
-    Tool,
+    BackendKind, Capability, Caps, ContainerRuntime, Error, ExitStatus, LimitKind, Mechanism,
+    Mount, Net, Receipt, Result, Tool,
 };
 
 use crate::protocol::GuestFile;
@@ -299,6 +299,23 @@ pub fn parse(report: Option<&[u8]>, stderr: &[u8]) -> Result<InnerResult> {
 /// or detail.
 pub fn merge(outer: &mut Receipt, inner: Receipt) {
     merge_as(outer, inner, "in the guest");
+}
+
+/// [`merge_as`] for a run whose allowlist the outer layer enforces through the egress
+/// proxy at `peer`: the inner sandbox was asked to share the outer network (its only peer
+/// is that proxy), so the inner layer's "network shared" gap is stated as what it is.
+pub fn merge_proxied(outer: &mut Receipt, mut inner: Receipt, place: &str, peer: &str) {
+    let before = inner.gaps.len();
+    inner.gaps.retain(|g| g.capability != Capability::Net);
+    if inner.gaps.len() != before {
+        outer.enforce(
+            Capability::Net,
+            Mechanism::Proxy,
+            format!("{place}: the outer network"),
+            format!("the inner sandbox shares it; its only peer is the egress proxy at {peer}, which applies the allowlist"),
+        );
+    }
+    merge_as(outer, inner, place);
 }
 
 /// [`merge`], each inner line prefixed with `place` (`in the pod`).

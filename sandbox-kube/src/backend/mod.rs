@@ -17,9 +17,13 @@
 //! What a pod cannot honour is refused with a typed error, nothing claimed: grants of the
 //! embedder's directories (a pod cannot see them; a session's upload is the way in), an
 //! image in the caps (the pod's image is the template's), `net: host`, secrets, and wasm
-//! tools. An egress allowlist is refused unless the run is best-effort: the template's
-//! NetworkPolicy lets the pod reach only the egress proxy, but a per-run allowlist on that
-//! proxy is not wired up yet.
+//! tools.
+//!
+//! An egress allowlist runs through Strata's egress proxy, served by this process at the
+//! one address the template's NetworkPolicy lets pods reach (`egress`): the run registers
+//! its rules and budget there and the tool gets the proxy URL with the run's credential in
+//! its environment. A template whose egress goes elsewhere (proxy pods in the cluster)
+//! cannot apply the run's rules: refused when strict, a gap when best-effort.
 //!
 //! [`ClusterBackend::session`] holds one claimed pod across calls ([`ClusterSession`]: runs,
 //! file writes and reads over the same channel, the claim deleted on close).
@@ -34,12 +38,14 @@
 //! seccomp of Strata's inside the pod; gVisor implements no landlock either way).
 
 mod channel;
+mod egress;
 mod pod_session;
 mod template;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::mpsc;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -91,6 +97,12 @@ pub struct ClusterOptions {
     /// its guest, and the receipt lists that layer too. Default: none (the agent runs the
     /// tool itself; the runtime class is the only boundary).
     pub inner_cli: Option<String>,
+    /// Where this process serves the egress proxy for allowlist runs. Default: the address
+    /// the pool's template lets pods reach (`strata kube apply --egress-proxy IP:PORT`),
+    /// which must then be one of this machine's; set it when this machine has that address
+    /// under another one (NAT, a load balancer). The proxy starts on the first allowlist
+    /// run and is shared by every backend of this process listening there.
+    pub egress_listen: Option<SocketAddr>,
 }
 
 impl ClusterOptions {
@@ -102,6 +114,7 @@ impl ClusterOptions {
             claim_timeout: DEFAULT_CLAIM_TIMEOUT,
             agent_timeout: DEFAULT_AGENT_TIMEOUT,
             inner_cli: None,
+            egress_listen: None,
         }
     }
 }
@@ -113,6 +126,8 @@ pub struct ClusterBackend {
     cluster: Cluster,
     options: ClusterOptions,
     template: OnceLock<TemplateSeen>,
+    /// The egress proxy, once an allowlist run started it (kept for later runs).
+    egress_proxy: Mutex<Option<Arc<egress::HostProxy>>>,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -139,6 +154,7 @@ impl ClusterBackend {
             cluster,
             options,
             template: OnceLock::new(),
+            egress_proxy: Mutex::new(None),
         })
     }
 
@@ -191,6 +207,18 @@ impl ClusterBackend {
                 }
             }
         }
+    }
+
+    /// The egress proxy listening at `listen`: the one this backend keeps, else started (or
+    /// shared with another backend of this process) and kept.
+    fn egress_proxy_at(&self, listen: SocketAddr) -> Result<Arc<egress::HostProxy>> {
+        let mut kept = self.egress_proxy.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(proxy) = kept.as_ref().filter(|p| p.listen() == listen) {
+            return Ok(proxy.clone());
+        }
+        let proxy = egress::proxy_at(listen)?;
+        *kept = Some(proxy.clone());
+        Ok(proxy)
     }
 
     /// Deletes the claim, waiting for the API server's answer; a failure is logged (the
@@ -271,6 +299,7 @@ struct Prepared {
     gaps: Vec<(Capability, String)>,
     inner: Option<InnerRun>,
     request: RunRequest,
+    egress: Option<egress::PodEgress>,
 }
 
 /// A claim on `pool`, named by the API server (`generateName`), deleted with its sandbox
@@ -314,8 +343,9 @@ fn argv_for(tool: &Tool) -> Result<Vec<String>> {
     }
 }
 
-/// Refuses what a pod cannot honour; the gaps a best-effort run accepts.
-fn refusals(caps: &Caps, strictness: Strictness) -> Result<Vec<(Capability, String)>> {
+/// Refuses what a pod cannot honour whatever its template; the gaps a best-effort run
+/// accepts.
+fn refusals(caps: &Caps) -> Result<Vec<(Capability, String)>> {
     if let Some(mount) = caps.mounts.first() {
         return Err(Error::invalid(format!(
             "cluster: {} is a directory of this machine, which a pod cannot see; put files in a session's workspace instead",
@@ -339,17 +369,7 @@ fn refusals(caps: &Caps, strictness: Strictness) -> Result<Vec<(Capability, Stri
             "secrets need the run's interception proxy, which the cluster backend does not wire up yet",
         ));
     }
-    let mut gaps = Vec::new();
-    if let Net::Allow(_) = caps.net {
-        let reason = "the allowlist is not applied per run: the template's NetworkPolicy lets the pod reach the egress proxy, which does not know this run's rules yet".to_owned();
-        match strictness {
-            Strictness::Strict => {
-                return Err(Error::unenforceable("net: cluster allowlist", reason))
-            }
-            Strictness::BestEffort => gaps.push((Capability::Net, reason)),
-        }
-    }
-    Ok(gaps)
+    Ok(Vec::new())
 }
 
 /// The inner run's caps and result files, in the pod's workspace (the agent's working
@@ -363,6 +383,7 @@ fn inner_plan(
     tool: &Tool,
     caps: &Caps,
     strictness: Strictness,
+    proxy_env: &[(String, String)],
 ) -> Result<Option<InnerRun>> {
     let Some(cli) = cli else { return Ok(None) };
     let paths = InnerPaths {
@@ -370,7 +391,7 @@ fn inner_plan(
         caps_file: INNER_CAPS.into(),
         result_file: INNER_RESULT.into(),
     };
-    let mut inner = inner::plan_at(tool, caps, &[], &paths)?;
+    let mut inner = inner::plan_at(tool, caps, proxy_env, &paths)?;
     if strictness == Strictness::BestEffort {
         inner.argv.insert(2, "--best-effort".into());
     }
@@ -405,10 +426,16 @@ fn inner_request(inner: &InnerRun, caps: &Caps) -> RunRequest {
     }
 }
 
-fn request(argv: Vec<String>, caps: &Caps) -> RunRequest {
+/// The run request of a plain run (`proxy_env`: the egress proxy variables of an allowlist
+/// run, over any the caps set).
+fn request(argv: Vec<String>, caps: &Caps, proxy_env: &[(String, String)]) -> RunRequest {
     let limits = &caps.limits;
     let mut env = pod_env();
     env.extend(caps.env.clone());
+    if !proxy_env.is_empty() {
+        env.retain(|k, _| !sandbox_core::egress::PROXY_VARIABLES.contains(&k.as_str()));
+        env.extend(proxy_env.iter().cloned());
+    }
     RunRequest {
         argv,
         env,
@@ -537,20 +564,33 @@ impl ClusterBackend {
     ) -> Result<Prepared> {
         caps.validate()?;
         let argv = argv_for(tool)?;
-        let mut gaps = refusals(caps, ctx.strictness)?;
+        let mut gaps = refusals(caps)?;
         let seen = self.template()?.clone();
         gaps.extend(template::check_limits(&seen, caps, ctx.strictness)?);
+        let egress = egress::plan(
+            &seen,
+            caps,
+            ctx.strictness,
+            self.options.egress_listen,
+            |listen| self.egress_proxy_at(listen),
+            &mut gaps,
+        )?;
+        let proxy_env = egress
+            .as_ref()
+            .map(egress::PodEgress::proxy_env)
+            .unwrap_or_default();
         let cli = self.options.inner_cli.as_deref().filter(|_| layered);
-        let inner = inner_plan(cli, tool, caps, ctx.strictness)?;
+        let inner = inner_plan(cli, tool, caps, ctx.strictness, &proxy_env)?;
         let request = match &inner {
             Some(inner) => inner_request(inner, caps),
-            None => request(argv, caps),
+            None => request(argv, caps, &proxy_env),
         };
         Ok(Prepared {
             seen,
             gaps,
             inner,
             request,
+            egress,
         })
     }
 
@@ -614,7 +654,11 @@ impl ClusterBackend {
         lifetime: String,
     ) -> Result<RunOutput> {
         let Prepared {
-            seen, gaps, inner, ..
+            seen,
+            gaps,
+            inner,
+            egress,
+            ..
         } = prepared;
         let inner_result = match (&inner, &vm.ending) {
             (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
@@ -634,6 +678,10 @@ impl ClusterBackend {
         };
         let mut receipt = Receipt::new(BackendKind::Cluster, ctx.strictness);
         template::fill_receipt(&mut receipt, &seen, caps, inner.is_some());
+        let peer = egress.as_ref().map(|e| e.peer().to_string());
+        if let Some(egress) = egress {
+            egress.finish(&mut receipt);
+        }
         receipt.enforce(
             Capability::Lifetime,
             Mechanism::Cluster,
@@ -645,7 +693,12 @@ impl ClusterBackend {
         }
         let inner_ran = inner_result.is_some();
         if let Some(result) = inner_result {
-            inner::merge_as(&mut receipt, result.receipt, "in the pod");
+            match &peer {
+                Some(peer) => {
+                    inner::merge_proxied(&mut receipt, result.receipt, "in the pod", peer)
+                }
+                None => inner::merge_as(&mut receipt, result.receipt, "in the pod"),
+            }
         }
         match limit_hit {
             _ if inner_ran => {}

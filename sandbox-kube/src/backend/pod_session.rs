@@ -186,6 +186,7 @@ fn file_request(argv: &[&str]) -> RunRequest {
     let mut request = super::request(
         argv.iter().map(|a| (*a).to_owned()).collect(),
         &Caps::default(),
+        &[],
     );
     request.entropy = Vec::new();
     request

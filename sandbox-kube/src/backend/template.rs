@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 use sandbox_core::{Capability, Caps, Error, Mechanism, Receipt, Result, Strictness};
 
 use crate::client::Cluster;
-use crate::render::WORKSPACE;
+use crate::render::{EgressProxy, WORKSPACE};
 
 /// The template of a warm pool, as far as the receipt needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct TemplateSeen {
     pub hardening: Vec<&'static str>,
     /// The NetworkPolicy's egress, summarised (`None`: no egress at all).
     pub egress: Option<String>,
+    /// The egress proxy that egress goes to, when it has the shape Strata renders.
+    pub proxy: Option<EgressProxy>,
     /// The number of ingress rules (Strata renders none).
     pub ingress_rules: usize,
 }
@@ -62,6 +64,7 @@ pub(crate) async fn read(cluster: &Cluster, pool: &str) -> Result<TemplateSeen> 
         egress: (!policy.egress.is_empty()).then(|| {
             serde_json::to_string(&policy.egress).unwrap_or_else(|_| "(unreadable)".into())
         }),
+        proxy: EgressProxy::of_policy(&policy.egress),
         ingress_rules: policy.ingress.len(),
     })
 }
