@@ -59,8 +59,8 @@ pub struct KubeApplyArgs {
     /// What to apply (the namespace defaults to `default`).
     #[command(flatten)]
     pub render: KubeRenderArgs,
-    /// The kubeconfig of the cluster (default: $KUBECONFIG, else ~/.kube/config). Its
-    /// server must be http (e.g. `kubectl proxy`).
+    /// The kubeconfig of the cluster (default: $KUBECONFIG, else ~/.kube/config); an https
+    /// server is verified against its certificate authority.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 }
@@ -267,7 +267,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "TIER")]
     pub tier: Option<String>,
     /// With --backend cluster: the kubeconfig of the cluster (default: $KUBECONFIG, else
-    /// ~/.kube/config). Its server must be http (e.g. `kubectl proxy`).
+    /// ~/.kube/config); an https server is verified against its certificate authority.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// With --backend cluster: the namespace of the warm pool and its claims.

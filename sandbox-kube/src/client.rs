@@ -104,6 +104,10 @@ impl fmt::Display for Verb {
     }
 }
 
+/// How many times [`Cluster::apply_tier`] reads and replaces an object that keeps changing
+/// under it before it returns the `409 Conflict`: 3.
+pub const APPLY_ATTEMPTS: u32 = 3;
+
 /// What went wrong talking to the cluster: the object, the call and the API status.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -259,6 +263,22 @@ pub enum ClusterError {
     },
 }
 
+/// `error`'s message followed by each of its sources' that adds something (kube-rs wraps
+/// the cause of a failed connection, such as an untrusted certificate, several levels down).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 impl ClusterError {
     /// The HTTP status code of the API status behind this error, if there was one.
     pub fn code(&self) -> Option<u16> {
@@ -362,7 +382,9 @@ impl Cluster {
     /// Creates the tier's `SandboxTemplate`, then its `SandboxWarmPool` (the pool refers
     /// to the template). Idempotent: an object that already exists (`409 AlreadyExists`)
     /// is read back and, when its spec, labels or annotations differ from `rendered`'s,
-    /// replaced (`PUT` with the stored `resourceVersion`); see [`Outcome`].
+    /// replaced (`PUT` with the stored `resourceVersion`; a `409 Conflict` there, from a
+    /// concurrent writer, reads it again, at most [`APPLY_ATTEMPTS`] times); see
+    /// [`Outcome`].
     pub async fn apply_tier(&self, rendered: &Rendered) -> Result<Applied, ClusterError> {
         let template = self.apply(&rendered.template).await?;
         let warm_pool = self.apply(&rendered.warm_pool).await?;
@@ -395,18 +417,26 @@ impl Cluster {
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(e) => return Err(self.error(e, K::KIND, &name, Verb::Create)),
         }
-        let stored = api
-            .get(&name)
-            .await
-            .map_err(|e| self.error(e, K::KIND, &name, Verb::Get))?;
-        if self.covers_object(&stored, &object, &name)? {
-            return Ok(Outcome::Unchanged);
+        // Someone else (a controller writing the status) may change the object between the
+        // read and the replace: read again and retry, as client-go's RetryOnConflict does.
+        let mut attempt = 1;
+        loop {
+            let stored = api
+                .get(&name)
+                .await
+                .map_err(|e| self.error(e, K::KIND, &name, Verb::Get))?;
+            if self.covers_object(&stored, &object, &name)? {
+                return Ok(Outcome::Unchanged);
+            }
+            object.meta_mut().resource_version = stored.meta().resource_version.clone();
+            match api.replace(&name, &PostParams::default(), &object).await {
+                Ok(_) => return Ok(Outcome::Replaced),
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt < APPLY_ATTEMPTS => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(self.error(e, K::KIND, &name, Verb::Replace)),
+            }
         }
-        object.meta_mut().resource_version = stored.meta().resource_version.clone();
-        api.replace(&name, &PostParams::default(), &object)
-            .await
-            .map_err(|e| self.error(e, K::KIND, &name, Verb::Replace))?;
-        Ok(Outcome::Replaced)
     }
 
     /// Whether `stored` has everything `desired` sets in its spec, labels and annotations.

@@ -12,7 +12,9 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use kube::client::Body;
 use sandbox_core::policy::Tier;
-use sandbox_kube::client::{Applied, Bound, Cluster, ClusterError, Outcome, Released, Verb};
+use sandbox_kube::client::{
+    Applied, Bound, Cluster, ClusterError, Outcome, Released, Verb, APPLY_ATTEMPTS,
+};
 use sandbox_kube::{render, Boundary, Kind, RenderInput, Rendered};
 use serde_json::{json, Value};
 use tower_test::mock::{self, SendResponse};
@@ -328,6 +330,47 @@ async fn apply_tier_on_conflict_keeps_the_same_and_replaces_the_changed() {
 }
 
 #[tokio::test]
+async fn apply_tier_rereads_an_object_a_controller_changed_under_it() {
+    let rendered = rendered();
+    let (cluster, mut handle) = mock_cluster();
+    let applied = run(
+        async move { cluster.apply_tier(&rendered).await },
+        async move {
+            let (seen, send) = next(&mut handle).await;
+            let mut other = stored(seen.body, "30");
+            other["metadata"]["labels"] = json!({"someone": "else"});
+            reply(send, 409, &status(409, "AlreadyExists", "exists"));
+            let (_, send) = next(&mut handle).await;
+            reply(send, 200, &other);
+            let (_, send) = next(&mut handle).await;
+            reply(
+                send,
+                409,
+                &status(409, "Conflict", "the object has been modified"),
+            );
+            other["metadata"]["resourceVersion"] = json!("31");
+            let (seen, send) = next(&mut handle).await;
+            assert_eq!(seen.method, Method::GET);
+            reply(send, 200, &other);
+            let (seen, send) = next(&mut handle).await;
+            assert_eq!(seen.method, Method::PUT);
+            assert_eq!(seen.body["metadata"]["resourceVersion"], "31");
+            let body = seen.body.clone();
+            reply(send, 200, &body);
+            // The warm pool: created.
+            let (seen, send) = next(&mut handle).await;
+            let body = seen.body.clone();
+            reply(send, 201, &body);
+            handle
+        },
+    )
+    .await
+    .expect("applied on the second read");
+    assert_eq!(applied.template, Outcome::Replaced);
+    assert_eq!(applied.warm_pool, Outcome::Created);
+}
+
+#[tokio::test]
 async fn apply_tier_replace_conflict_is_a_typed_conflict() {
     let rendered = rendered();
     let template_name = rendered.template.metadata.name.clone().expect("name");
@@ -339,16 +382,22 @@ async fn apply_tier_replace_conflict_is_a_typed_conflict() {
             let mut other = stored(seen.body, "30");
             other["metadata"]["labels"] = json!({"someone": "else"});
             reply(send, 409, &status(409, "AlreadyExists", "exists"));
-            let (_, send) = next(&mut handle).await;
-            reply(send, 200, &other);
-            let (seen, send) = next(&mut handle).await;
-            assert_eq!(seen.method, Method::PUT);
-            assert_eq!(seen.body["metadata"]["resourceVersion"], "30");
-            reply(
-                send,
-                409,
-                &status(409, "Conflict", "the object has been modified"),
-            );
+            // Each conflict is read again, until the attempts are spent.
+            for attempt in 0..APPLY_ATTEMPTS {
+                let version = (30 + attempt).to_string();
+                other["metadata"]["resourceVersion"] = json!(version);
+                let (seen, send) = next(&mut handle).await;
+                assert_eq!(seen.method, Method::GET);
+                reply(send, 200, &other);
+                let (seen, send) = next(&mut handle).await;
+                assert_eq!(seen.method, Method::PUT);
+                assert_eq!(seen.body["metadata"]["resourceVersion"], json!(version));
+                reply(
+                    send,
+                    409,
+                    &status(409, "Conflict", "the object has been modified"),
+                );
+            }
             // No warm pool request after a failed template.
             handle
         },

@@ -297,15 +297,104 @@ fn a_kubeconfig_that_cannot_be_used_is_a_typed_error() {
         ClusterOptions::new(NS, "strata-low"),
     );
     assert!(matches!(missing, Err(Error::InvalidRequest { .. })));
-    let https = tempfile::NamedTempFile::new().expect("a temp file");
-    std::fs::write(
-        https.path(),
-        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\ncurrent-context: x\n",
+    let garbled = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(garbled.path(), "clusters: [not, a, kubeconfig").expect("write");
+    assert!(matches!(
+        ClusterBackend::connect(Some(garbled.path()), ClusterOptions::new(NS, "p")),
+        Err(Error::InvalidRequest { .. })
+    ));
+}
+
+/// A fake cluster serving https with its own CA and requiring a bearer token, with the
+/// `low` tier applied through `kubeconfig`.
+fn tls_server(token: &str) -> FakeApiServer {
+    let server = FakeApiServer::start(
+        FakeOptions::new(Pinned::load(common::pinned_dir()).expect("the pinned data"))
+            .command(AGENT_PATH, agent_binary())
+            .tls(true)
+            .token(token),
     )
-    .expect("write");
-    let err = ClusterBackend::connect(Some(https.path()), ClusterOptions::new(NS, "p"))
-        .expect_err("https needs TLS");
-    assert!(err.to_string().contains("kubectl proxy"), "{err}");
+    .expect("the fake API server starts");
+    assert!(server.url().starts_with("https://"), "{}", server.url());
+    server
+}
+
+#[test]
+fn the_api_server_is_reached_over_tls_verified_against_the_kubeconfigs_ca() {
+    let server = tls_server("s3cret-token");
+    let kubeconfig = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(kubeconfig.path(), server.kubeconfig(NS)).expect("write the kubeconfig");
+    let rendered = render(
+        &RenderInput::for_tier(&Tier::low(), "strata-tools:1", Boundary::Gvisor)
+            .with_namespace(NS)
+            .with_warm_pool(1),
+    )
+    .expect("render");
+    apply(Some(kubeconfig.path()), NS, &rendered).expect("apply over https");
+    let mut options = ClusterOptions::new(NS, "strata-low");
+    options.claim_timeout = Duration::from_secs(5);
+    let backend = ClusterBackend::connect(Some(kubeconfig.path()), options).expect("connect");
+    let out = backend
+        .run(
+            &sh("echo over tls"),
+            &Caps::default(),
+            &RunContext::default(),
+        )
+        .expect("a run, its exec stream over TLS too");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "over tls\n");
+    until_released(&server);
+    assert!(
+        server.requests().iter().all(|r| r.status != 401),
+        "every request carried the token"
+    );
+}
+
+#[test]
+fn a_server_the_kubeconfig_does_not_vouch_for_is_never_sent_a_request() {
+    let server = tls_server("s3cret-token");
+    // The right token, but no certificate authority: the server's certificate is checked
+    // against the system's roots, which do not hold the fake's CA.
+    let untrusted = server
+        .kubeconfig(NS)
+        .lines()
+        .filter(|l| !l.contains("certificate-authority-data"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let kubeconfig = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(kubeconfig.path(), untrusted).expect("write the kubeconfig");
+    let backend = ClusterBackend::connect(
+        Some(kubeconfig.path()),
+        ClusterOptions::new(NS, "strata-low"),
+    )
+    .expect("nothing is sent on connect");
+    let err = backend
+        .run(&sh("true"), &Caps::default(), &RunContext::default())
+        .expect_err("the certificate is not trusted");
+    assert!(matches!(err, Error::Setup { .. }), "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    assert!(
+        server.requests().is_empty(),
+        "the handshake failed before any request (and so before the token was sent)"
+    );
+}
+
+#[test]
+fn a_wrong_token_is_refused_by_the_api_server() {
+    let server = tls_server("s3cret-token");
+    let wrong = server.kubeconfig(NS).replace("s3cret-token", "guessed");
+    let kubeconfig = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(kubeconfig.path(), wrong).expect("write the kubeconfig");
+    let backend = ClusterBackend::connect(
+        Some(kubeconfig.path()),
+        ClusterOptions::new(NS, "strata-low"),
+    )
+    .expect("connect");
+    let err = backend
+        .run(&sh("true"), &Caps::default(), &RunContext::default())
+        .expect_err("unauthorized");
+    assert!(matches!(err, Error::Setup { .. }), "{err}");
+    assert!(err.to_string().contains("Unauthorized"), "{err}");
+    assert_eq!(claims_posted(&server), 0);
 }
 
 #[test]

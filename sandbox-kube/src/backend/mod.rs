@@ -58,7 +58,7 @@ use sandbox_vm::inner::{self, InnerPaths, InnerRun};
 use sandbox_vm::protocol::{GuestExit, GuestRlimits, RunRequest};
 use sandbox_vm::session::{self, Boot, Ending, RunPlan};
 
-use crate::client::{Cluster, ClusterError};
+use crate::client::{error_chain, Cluster, ClusterError};
 use crate::crd::{ClaimLifecycle, NameRef, SandboxClaimSpec, ShutdownPolicy};
 use crate::render::{AGENT_SERVE, CONTAINER_NAME, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::{Kind, SandboxClaim};
@@ -141,11 +141,14 @@ impl std::fmt::Debug for ClusterBackend {
 impl ClusterBackend {
     /// Connects to the cluster of a kubeconfig file (its current context; `None`: the
     /// `KUBECONFIG` variable, else `~/.kube/config`). Nothing is sent to the cluster yet.
+    /// An `https` server is verified against the kubeconfig's `certificate-authority(-data)`
+    /// (else the system's roots), over rustls; its credentials (token, client certificate,
+    /// exec plugin) are kube-rs's.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a kubeconfig that cannot be read or used (an `https` server
-    /// needs TLS, which this build leaves out: reach the cluster through `kubectl proxy`);
-    /// [`Error::Setup`] if the runtime cannot start.
+    /// [`Error::Invalid`] for a kubeconfig that cannot be read or used; [`Error::Setup`] if
+    /// the runtime cannot start. A server that cannot be reached or trusted fails the first
+    /// call that needs it (a setup error naming the step).
     pub fn connect(kubeconfig: Option<&Path>, options: ClusterOptions) -> Result<ClusterBackend> {
         let (runtime, client) = connect(kubeconfig)?;
         let cluster = Cluster::new(client, options.namespace.clone());
@@ -263,12 +266,6 @@ fn connect(kubeconfig: Option<&Path>) -> Result<(tokio::runtime::Runtime, kube::
                 .await
                 .map_err(|e| Error::invalid(format!("cluster: kubeconfig: {e}")))?,
         };
-        if config.cluster_url.scheme_str() == Some("https") {
-            return Err(Error::invalid(format!(
-                "cluster: {} is https, and this build of strata has no TLS client: run `kubectl proxy` and point the kubeconfig at its http address",
-                config.cluster_url
-            )));
-        }
         kube::Client::try_from(config)
             .map_err(|e| Error::invalid(format!("cluster: kube client: {e}")))
     })?;
@@ -474,11 +471,11 @@ fn cluster_error(step: &str, e: ClusterError) -> Error {
     match e {
         ClusterError::Timeout { .. } => Error::setup(
             format!("cluster: {step}"),
-            std::io::Error::new(std::io::ErrorKind::TimedOut, e.to_string()),
+            std::io::Error::new(std::io::ErrorKind::TimedOut, error_chain(&e)),
         ),
         other => Error::setup(
             format!("cluster: {step}"),
-            std::io::Error::other(other.to_string()),
+            std::io::Error::other(error_chain(&other)),
         ),
     }
 }
@@ -627,7 +624,7 @@ impl ClusterBackend {
             .map_err(|e| {
                 Error::setup(
                     format!("cluster: exec {} in pod {pod}", AGENT_SERVE.join(" ")),
-                    std::io::Error::other(e.to_string()),
+                    std::io::Error::other(error_chain(&e)),
                 )
             })?;
         let instance = channel::PodChannel::open(self.runtime.handle(), attached, pod)?;

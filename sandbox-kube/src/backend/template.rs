@@ -34,7 +34,7 @@ pub struct TemplateSeen {
 /// Reads the pool `pool` and its template.
 pub(crate) async fn read(cluster: &Cluster, pool: &str) -> Result<TemplateSeen> {
     let setup = |what: String, e: crate::client::ClusterError| {
-        Error::setup(what, std::io::Error::other(e.to_string()))
+        Error::setup(what, std::io::Error::other(crate::client::error_chain(&e)))
     };
     let warm = cluster
         .get_warm_pool(pool)

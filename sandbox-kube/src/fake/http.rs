@@ -89,7 +89,17 @@ pub(crate) async fn serve(
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or_default().to_owned();
-    let response = route(&shared, request).await;
+    let authorized = shared.authorization.as_deref().is_none_or(|expected| {
+        request
+            .headers()
+            .get(::http::header::AUTHORIZATION)
+            .is_some_and(|given| given.as_bytes() == expected.as_bytes())
+    });
+    let response = if authorized {
+        route(&shared, request).await
+    } else {
+        error_response(&ApiError::new(401, "Unauthorized", "Unauthorized"))
+    };
     shared.record(RequestRecord {
         method: method.to_string(),
         path,

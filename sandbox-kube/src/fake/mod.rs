@@ -95,7 +95,11 @@
 //!
 //! # What it does not do
 //!
-//! No authentication, no authorization (RBAC), no TLS, no admission webhooks, no
+//! With [`FakeOptions::tls`] it serves https with a CA made at start (its PEM in
+//! [`FakeApiServer::ca_pem`] and in the kubeconfig), and with [`FakeOptions::token`] it
+//! answers `401 Unauthorized` to any request without `Authorization: Bearer TOKEN`.
+//!
+//! No other authentication, no authorization (RBAC), no admission webhooks, no
 //! `NetworkPolicy`, no `Service`, no `Pod` objects (only `pods/exec`), no `PATCH`, no
 //! server-side apply, no `/status` subresource endpoint, no `tty` for exec, one container
 //! per pod, and no isolation of pods at all: their processes run on the host as the test's
@@ -116,6 +120,7 @@ mod pods;
 mod process;
 mod random;
 mod store;
+mod tls;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -152,6 +157,11 @@ pub struct FakeOptions {
     /// How many events are kept for watches to replay (default [`DEFAULT_HISTORY`], at
     /// least 1); a watch from before them gets `410 Gone`.
     pub history: usize,
+    /// Serve https (a CA and server certificate made at start) instead of http. Default:
+    /// `false`.
+    pub tls: bool,
+    /// The bearer token every request must carry. Default: none (no authentication).
+    pub token: Option<String>,
 }
 
 impl std::fmt::Debug for FakeOptions {
@@ -161,6 +171,8 @@ impl std::fmt::Debug for FakeOptions {
             .field("commands", &self.commands)
             .field("warm_start", &self.warm_start)
             .field("history", &self.history)
+            .field("tls", &self.tls)
+            .field("token", &self.token.as_ref().map(|_| "(set)"))
             .finish()
     }
 }
@@ -174,7 +186,21 @@ impl FakeOptions {
             commands: BTreeMap::new(),
             warm_start: true,
             history: DEFAULT_HISTORY,
+            tls: false,
+            token: None,
         }
+    }
+
+    /// Sets [`FakeOptions::tls`].
+    pub fn tls(mut self, tls: bool) -> FakeOptions {
+        self.tls = tls;
+        self
+    }
+
+    /// Sets [`FakeOptions::token`].
+    pub fn token(mut self, token: impl Into<String>) -> FakeOptions {
+        self.token = Some(token.into());
+        self
     }
 
     /// Runs `local` wherever a pod or exec asks for `container_path`.
@@ -221,6 +247,12 @@ pub enum FakeError {
     Runtime {
         /// The OS error.
         source: std::io::Error,
+    },
+    /// The server's certificates could not be made.
+    #[error("cannot make the fake API server's certificates: {message}")]
+    Tls {
+        /// What went wrong.
+        message: String,
     },
     /// The kube-rs client could not be made.
     #[error("cannot make a kube client for {url}: {message}")]
@@ -272,6 +304,8 @@ pub(crate) struct Shared {
     alive: Mutex<Option<mpsc::Sender<()>>>,
     requests: Mutex<Vec<RequestRecord>>,
     notes: Mutex<Vec<String>>,
+    /// `Bearer TOKEN` when requests must carry it.
+    authorization: Option<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -300,6 +334,8 @@ impl Shared {
 /// The running fake API server. See the [module documentation](self).
 pub struct FakeApiServer {
     url: String,
+    ca_pem: Option<String>,
+    token: Option<String>,
     shared: Arc<Shared>,
     shutdown: signal::Sender<bool>,
     thread: Option<JoinHandle<()>>,
@@ -344,6 +380,10 @@ impl FakeApiServer {
             tokio::net::TcpListener::from_std(listener)
                 .map_err(|source| FakeError::Listen { source })?
         };
+        let tls = match options.tls {
+            true => Some(tls::make()?),
+            false => None,
+        };
         let (shutdown_tx, shutdown_rx) = signal::channel(false);
         let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
         let (close_watches, _) = signal::channel(0u64);
@@ -358,7 +398,10 @@ impl FakeApiServer {
             alive: Mutex::new(Some(alive_tx)),
             requests: Mutex::new(Vec::new()),
             notes: Mutex::new(Vec::new()),
+            authorization: options.token.as_ref().map(|t| format!("Bearer {t}")),
         });
+        let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
+        let acceptor = tls.map(|t| t.acceptor);
         let server = shared.clone();
         let thread = std::thread::Builder::new()
             .name("strata-fake-api".into())
@@ -366,7 +409,7 @@ impl FakeApiServer {
                 runtime.block_on(async move {
                     let controller =
                         tokio::spawn(controller::run(server.clone(), shutdown_rx.clone()));
-                    accept(&server, listener, shutdown_rx).await;
+                    accept(&server, listener, acceptor, shutdown_rx).await;
                     // Stop: no new exec, the controller done with its pass, then every pod
                     // and exec process killed and reaped.
                     lock(&server.alive).take();
@@ -379,8 +422,11 @@ impl FakeApiServer {
                 drop(runtime);
             })
             .map_err(|source| FakeError::Runtime { source })?;
+        let scheme = if ca_pem.is_some() { "https" } else { "http" };
         Ok(FakeApiServer {
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("{scheme}://127.0.0.1:{port}"),
+            ca_pem,
+            token: options.token,
             shared,
             shutdown: shutdown_tx,
             thread: Some(thread),
@@ -388,9 +434,14 @@ impl FakeApiServer {
         })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https` with [`FakeOptions::tls`]).
     pub fn url(&self) -> String {
         self.url.clone()
+    }
+
+    /// The CA certificate (PEM) of the server's https, with [`FakeOptions::tls`].
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// A kube-rs client of this server with `namespace` as its default namespace (no
@@ -406,6 +457,15 @@ impl FakeApiServer {
             .map_err(|e| error(e.to_string()))?;
         let mut config = kube::Config::new(uri);
         config.default_namespace = namespace.to_owned();
+        if let Some(pem) = &self.ca_pem {
+            let der = rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes())
+                .map(|c: rustls::pki_types::CertificateDer<'_>| c.to_vec())
+                .map_err(|e| error(format!("the CA certificate: {e}")))?;
+            config.root_cert = Some(vec![der]);
+        }
+        if let Some(token) = &self.token {
+            config.auth_info.token = Some(token.clone().into());
+        }
         kube::Client::try_from(config).map_err(|e| error(e.to_string()))
     }
 
@@ -418,11 +478,25 @@ impl FakeApiServer {
         ))
     }
 
-    /// A kubeconfig (YAML) for this server: one cluster, one context (current, with
-    /// `namespace`), one user with no credentials.
+    /// A kubeconfig (YAML) for this server: one cluster (with its CA's
+    /// `certificate-authority-data` under [`FakeOptions::tls`]), one context (current, with
+    /// `namespace`), one user (with the [`FakeOptions::token`], if any).
     pub fn kubeconfig(&self, namespace: &str) -> String {
+        use base64::Engine as _;
+        let ca = self
+            .ca_pem
+            .as_ref()
+            .map(|pem| {
+                let data = base64::engine::general_purpose::STANDARD.encode(pem);
+                format!("\n    certificate-authority-data: {data}")
+            })
+            .unwrap_or_default();
+        let user = match &self.token {
+            Some(token) => format!("{{token: {token:?}}}"),
+            None => "{}".to_owned(),
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: strata-fake\n  cluster:\n    server: {url}\ncontexts:\n- name: strata-fake\n  context:\n    cluster: strata-fake\n    user: strata-fake\n    namespace: {namespace:?}\ncurrent-context: strata-fake\nusers:\n- name: strata-fake\n  user: {{}}\npreferences: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: strata-fake\n  cluster:\n    server: {url}{ca}\ncontexts:\n- name: strata-fake\n  context:\n    cluster: strata-fake\n    user: strata-fake\n    namespace: {namespace:?}\ncurrent-context: strata-fake\nusers:\n- name: strata-fake\n  user: {user}\npreferences: {{}}\n",
             url = self.url
         )
     }
@@ -502,6 +576,7 @@ fn sweep_stale_dirs() {
 async fn accept(
     shared: &Arc<Shared>,
     listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut shutdown: signal::Receiver<bool>,
 ) {
     loop {
@@ -513,12 +588,29 @@ async fn accept(
             _ = shutdown.wait_for(|down| *down) => return,
         };
         let shared = shared.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| http::serve(shared.clone(), request));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades()
-                .await;
+            match tls {
+                // A client that fails the handshake (e.g. does not trust the CA) is dropped.
+                Some(acceptor) => {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        serve_connection(shared, stream).await;
+                    }
+                }
+                None => serve_connection(shared, stream).await,
+            }
         });
     }
+}
+
+/// Serves HTTP/1 (with upgrades, for exec) on one connection.
+async fn serve_connection<S>(shared: Arc<Shared>, stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| http::serve(shared.clone(), request));
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await;
 }
