@@ -22,7 +22,10 @@ cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 
 section "rust: build"
-cargo build --release --workspace --bins --quiet
+# Bins and tests in one pass: one feature set for the whole tree (the tests' dev-dependencies
+# turn on features of shared crates, tokio among them), so `cargo test` below compiles
+# nothing twice.
+cargo build --release --workspace --bins --tests --quiet
 
 scripts/build-vm-guest.sh  # microVM guest: Debian cloud kernel + initramfs (and qemu-system-x86), cached under .ci/cache/vm
 scripts/fetch-wasm-interpreters.sh  # WASI Python/JS interpreters (PyPI) for the wasm backend's tests
