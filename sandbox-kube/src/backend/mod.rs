@@ -340,9 +340,8 @@ fn argv_for(tool: &Tool) -> Result<Vec<String>> {
     }
 }
 
-/// Refuses what a pod cannot honour whatever its template; the gaps a best-effort run
-/// accepts.
-fn refusals(caps: &Caps) -> Result<Vec<(Capability, String)>> {
+/// Refuses what a pod cannot honour whatever its template.
+fn refusals(caps: &Caps) -> Result<()> {
     if let Some(mount) = caps.mounts.first() {
         return Err(Error::invalid(format!(
             "cluster: {} is a directory of this machine, which a pod cannot see; put files in a session's workspace instead",
@@ -363,10 +362,10 @@ fn refusals(caps: &Caps) -> Result<Vec<(Capability, String)>> {
     if !caps.secrets.is_empty() {
         return Err(Error::unenforceable(
             "net: cluster secrets",
-            "secrets need the run's interception proxy, which the cluster backend does not wire up yet",
+            "secrets are swapped in by the egress proxy over TLS it terminates, so the tool must trust the run's CA; the cluster backend has no place to install it in the pod (its root is read-only) yet",
         ));
     }
-    Ok(Vec::new())
+    Ok(())
 }
 
 /// The inner run's caps and result files, in the pod's workspace (the agent's working
@@ -561,9 +560,9 @@ impl ClusterBackend {
     ) -> Result<Prepared> {
         caps.validate()?;
         let argv = argv_for(tool)?;
-        let mut gaps = refusals(caps)?;
+        refusals(caps)?;
         let seen = self.template()?.clone();
-        gaps.extend(template::check_limits(&seen, caps, ctx.strictness)?);
+        let mut gaps = template::check_limits(&seen, caps, ctx.strictness)?;
         let egress = egress::plan(
             &seen,
             caps,
