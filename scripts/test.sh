@@ -22,10 +22,11 @@ cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 
 section "rust: build"
-# Bins and tests in one pass: one feature set for the whole tree (the tests' dev-dependencies
-# turn on features of shared crates, tokio among them), so `cargo test` below compiles
-# nothing twice.
-cargo build --release --workspace --bins --tests --quiet
+# The bins alone: the feature set the Python and Node bindings' builds are unified with
+# (scripts/check-build-features.sh), so neither compiles wasmtime again. `cargo test` below
+# adds the dev-dependencies' features (tokio's among them) and recompiles the crates those
+# change; building the tests here instead would only move that work to the wheel build.
+cargo build --release --workspace --bins --quiet
 
 scripts/build-vm-guest.sh  # microVM guest: Debian cloud kernel + initramfs (and qemu-system-x86), cached under .ci/cache/vm
 scripts/fetch-wasm-interpreters.sh  # WASI Python/JS interpreters (PyPI) for the wasm backend's tests
