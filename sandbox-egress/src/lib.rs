@@ -435,16 +435,20 @@ impl EgressProxy {
     /// [`Attached`] drops.
     fn serve_run<L: AcceptOne>(&self, listener: L, grant: &RunGrant) -> Attached {
         let (runs, weak) = only_run(grant);
-        let clients = self.clients.clone();
-        let task = self.runtime.spawn(async move {
-            loop {
-                match listener.accept_one().await {
-                    Ok(stream) => spawn_client(stream, weak.clone(), &clients),
-                    Err(err) => accept_error(err).await,
-                }
-            }
-        });
+        let task = self
+            .runtime
+            .spawn(accept_loop(listener, weak, self.clients.clone()));
         Attached { task, runs }
+    }
+}
+
+/// Accepts clients on `listener` for the runs of `runs`, until the task is aborted.
+async fn accept_loop<L: AcceptOne>(listener: L, runs: Weak<Runs>, clients: Arc<Semaphore>) {
+    loop {
+        match listener.accept_one().await {
+            Ok(stream) => spawn_client(stream, runs.clone(), &clients),
+            Err(err) => accept_error(err).await,
+        }
     }
 }
 
@@ -482,19 +486,11 @@ impl EgressProxy {
         listener.set_nonblocking(true)?;
         let _entered = self.runtime.enter();
         let tcp = TcpListener::from_std(listener)?;
-        let runs = Arc::downgrade(&self.runs);
-        let clients = self.clients.clone();
-        let task = self.runtime.spawn(async move {
-            loop {
-                match tcp.accept().await {
-                    Ok((stream, peer)) => {
-                        tracing::debug!(target: "strata::egress", %peer, "accepted on the shared listener");
-                        spawn_client(stream, runs.clone(), &clients);
-                    }
-                    Err(err) => accept_error(err).await,
-                }
-            }
-        });
+        let task = self.runtime.spawn(accept_loop(
+            tcp,
+            Arc::downgrade(&self.runs),
+            self.clients.clone(),
+        ));
         Ok(SharedListener { task, addr })
     }
 }
