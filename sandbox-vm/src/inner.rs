@@ -229,32 +229,46 @@ pub struct InnerResult {
 /// The inner run's own error (with its kind), or [`Error::Internal`] when the report is
 /// missing or malformed.
 pub fn parse(report: Option<&[u8]>, stderr: &[u8]) -> Result<InnerResult> {
+    parse_as(report, stderr, BackendKind::Microvm, "the guest")
+}
+
+/// [`parse`] for an inner run of the `outer` backend, in `place` (`the pod`): errors name
+/// them.
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_as(
+    report: Option<&[u8]>,
+    stderr: &[u8],
+    outer: BackendKind,
+    place: &str,
+) -> Result<InnerResult> {
     let data = report.unwrap_or_default();
     if data.is_empty() {
         return Err(Error::Internal {
             message: format!(
-                "microvm: the sandbox inside the guest reported nothing ({})",
+                "{outer}: the sandbox inside {place} reported nothing ({})",
                 String::from_utf8_lossy(stderr).trim()
             ),
             source: None,
         });
     }
     let value: serde_json::Value = serde_json::from_slice(data).map_err(|e| Error::Internal {
-        message: format!("microvm: malformed result from inside the guest: {e}"),
+        message: format!("{outer}: malformed result from inside {place}: {e}"),
         source: None,
     })?;
     if let Some(error) = value.get("error") {
         let kind = error.get("kind").and_then(|k| k.as_str()).unwrap_or("");
         let message = format!(
-            "inside the microVM: {}",
+            "inside {place}: {}",
             error.get("message").and_then(|m| m.as_str()).unwrap_or("")
         );
         return Err(match kind {
             "invalid_request" => Error::invalid(message),
             "unenforceable" => {
-                Error::unenforceable("microvm: the sandbox inside the guest", message)
+                Error::unenforceable(format!("{outer}: the sandbox inside {place}"), message)
             }
-            "backend_unavailable" => Error::unavailable(BackendKind::Microvm, message),
+            "backend_unavailable" => Error::unavailable(outer, message),
             _ => Error::Internal {
                 message,
                 source: None,

@@ -658,7 +658,12 @@ impl ClusterBackend {
         } = prepared;
         let inner_result = match (&inner, &vm.ending) {
             (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
-                Some(inner::parse(vm.report.as_deref(), &vm.stderr).map_err(channel::rename)?)
+                Some(inner::parse_as(
+                    vm.report.as_deref(),
+                    &vm.stderr,
+                    BackendKind::Cluster,
+                    "the pod",
+                )?)
             }
             _ => None,
         };
