@@ -24,11 +24,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::first_bytes::{self, FirstBytes};
+use crate::http1::{build_request, check_request_headers, forward_request, parse_head, read_head};
 use crate::secrets::BoundSecret;
-use crate::{
-    build_request, check_request_headers, forward_request, lock, parse_head, read_head, refuse,
-    Refusal, RunState, HEAD_TIMEOUT,
-};
+use crate::{lock, refuse, Refusal, RunState, HEAD_TIMEOUT};
 
 /// A run's certificate authority and the server configurations it issued, per host.
 pub struct RunCa {

@@ -47,14 +47,19 @@ use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use crate::first_bytes::FirstBytes;
+use crate::http1::{basic_user, parse_head, read_head, respond, serve_plain_http, split_authority};
+use crate::socks::{serve_socks, SOCKS_VERSION};
+use crate::tunnel::splice;
 
 mod decision;
 pub mod first_bytes;
 pub mod host;
+mod http1;
 mod intercept;
 pub mod resolve;
 pub mod secrets;
+mod socks;
+mod tunnel;
 
 pub use decision::denials;
 
@@ -74,7 +79,7 @@ pub const MAX_LOG_ENTRIES: usize = 10_000;
 /// cannot exhaust the host's file descriptors.
 pub const MAX_CLIENTS: usize = 4096;
 /// Size of the splice buffer per direction.
-const SPLICE_BUF: usize = 16 * 1024;
+pub(crate) const SPLICE_BUF: usize = 16 * 1024;
 /// The realm of the `407` challenge.
 const REALM: &str = "strata-egress";
 
@@ -194,7 +199,7 @@ pub struct EgressEvent {
 
 /// The state of one registered run.
 #[derive(Debug)]
-struct RunState {
+pub(crate) struct RunState {
     policy: EgressPolicy,
     budget: Budget,
     /// Secrets bound to hosts, substituted in request headers to those hosts.
@@ -263,12 +268,12 @@ impl EgressLog {
 }
 
 impl RunState {
-    fn record(&self, event: EgressEvent) {
+    pub(crate) fn record(&self, event: EgressEvent) {
         self.log.record(event);
     }
 
     /// Reserves `n` bytes of the byte budget; `Err` if that would exceed it.
-    fn take_bytes(&self, n: u64) -> Result<(), BudgetLimit> {
+    pub(crate) fn take_bytes(&self, n: u64) -> Result<(), BudgetLimit> {
         let before = self.bytes.fetch_add(n, Ordering::Relaxed);
         match self.budget.max_bytes {
             Some(max) if before.saturating_add(n) > max => Err(BudgetLimit::Bytes { max }),
@@ -277,7 +282,7 @@ impl RunState {
     }
 }
 
-type Runs = Mutex<HashMap<String, Arc<RunState>>>;
+pub(crate) type Runs = Mutex<HashMap<String, Arc<RunState>>>;
 
 /// The host-side egress proxy. Dropping it stops its listeners (tunnels already open keep
 /// running until either side closes or their run's budget is exhausted).
@@ -708,7 +713,7 @@ impl Drop for RunGrant {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
@@ -741,151 +746,8 @@ async fn accept_error(err: io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-/// A parsed request head.
-struct Head {
-    method: String,
-    target: String,
-    headers: Vec<(String, String)>,
-}
-
-/// Reads the request head, starting with the bytes in `buf` already read; returns it and
-/// the bytes the client sent after it.
-async fn read_head<S: AsyncRead + Unpin>(
-    client: &mut S,
-    mut buf: Vec<u8>,
-) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = client
-            .read(&mut chunk)
-            .await
-            .map_err(|err| format!("read: {err}"))?;
-        if n == 0 {
-            return Err("the client closed before the end of the request head".into());
-        }
-        let scan_from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(pos) = buf[scan_from..].windows(4).position(|w| w == b"\r\n\r\n") {
-            let end = scan_from + pos + 4;
-            if end > MAX_HEAD_BYTES {
-                return Err(format!("the request head exceeds {MAX_HEAD_BYTES} bytes"));
-            }
-            let rest = buf.split_off(end);
-            return Ok((buf, rest));
-        }
-        if buf.len() > MAX_HEAD_BYTES {
-            return Err(format!("the request head exceeds {MAX_HEAD_BYTES} bytes"));
-        }
-    }
-}
-
-/// Parses a head (ending in CRLF CRLF). Lines end in CRLF only; a CR or LF elsewhere in a
-/// header line, a NUL or other control character in a header, obsolete line folding and
-/// more than [`MAX_HEADERS`] headers are refused. The request line is split on single
-/// spaces only; its target is checked later by the strict authority parser.
-fn parse_head(raw: &[u8]) -> Result<Head, String> {
-    let text = std::str::from_utf8(raw).map_err(|_| "the request head is not UTF-8")?;
-    let text = text
-        .strip_suffix("\r\n\r\n")
-        .ok_or("the request head does not end in CRLF CRLF")?;
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().ok_or("no request line")?;
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err("the request line is not `METHOD TARGET VERSION`".into());
-    };
-    if method.is_empty() || method.len() > 20 || !method.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(format!("invalid method {method:?}"));
-    }
-    if version != "HTTP/1.1" && version != "HTTP/1.0" {
-        return Err(format!("unsupported version {version:?}"));
-    }
-    let mut headers = Vec::new();
-    for line in lines {
-        if headers.len() >= MAX_HEADERS {
-            return Err(format!("more than {MAX_HEADERS} headers"));
-        }
-        if line.starts_with([' ', '\t']) {
-            return Err("obsolete header line folding".into());
-        }
-        if line.chars().any(|c| c.is_control() && c != '\t') {
-            return Err("a control character (CR, LF, NUL, ...) in a header".into());
-        }
-        let (name, value) = line.split_once(':').ok_or("a header without `:`")?;
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-        {
-            return Err(format!("invalid header name {name:?}"));
-        }
-        headers.push((
-            name.to_ascii_lowercase(),
-            value.trim_matches([' ', '\t']).to_string(),
-        ));
-    }
-    Ok(Head {
-        method: method.to_string(),
-        target: target.to_string(),
-        headers,
-    })
-}
-
-/// The token in a `Proxy-Authorization: Basic base64(TOKEN:PASSWORD)` value (the password
-/// is ignored).
-fn basic_user(value: &str) -> Option<String> {
-    let (scheme, encoded) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
-    let decoded = String::from_utf8(decoded).ok()?;
-    let user = decoded.split_once(':').map_or(decoded.as_str(), |(u, _)| u);
-    Some(user.to_string())
-}
-
-/// Splits a CONNECT authority into host text and port: `host:port` or `[v6]:port`, the
-/// port 1-5 decimal digits in 1-65535. The host text is not interpreted here.
-fn split_authority(authority: &str) -> Result<(&str, u16), String> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or("an unterminated `[` in the authority")?;
-        let port = after
-            .strip_prefix(':')
-            .ok_or("no port after the bracketed address")?;
-        (host, port)
-    } else {
-        let (host, port) = authority
-            .rsplit_once(':')
-            .ok_or("the authority has no port")?;
-        if host.contains(':') {
-            return Err("an IPv6 address must be bracketed".into());
-        }
-        (host, port)
-    };
-    if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("invalid port {port:?}"));
-    }
-    match port.parse::<u16>() {
-        Ok(port) if port != 0 => Ok((host, port)),
-        _ => Err(format!("invalid port {port:?}")),
-    }
-}
-
-async fn respond<S: AsyncWrite + Unpin>(client: &mut S, status: &str, extra: &str) {
-    let response =
-        format!("HTTP/1.1 {status}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n");
-    let _ = client.write_all(response.as_bytes()).await;
-    let _ = client.shutdown().await;
-}
-
 /// Why [`open_upstream`] gave up (already logged); each protocol maps it to its reply.
-enum Fail {
+pub(crate) enum Fail {
     /// The connection budget is spent.
     Budget,
     /// The policy refused the host, port or every address.
@@ -897,7 +759,7 @@ enum Fail {
 }
 
 impl Fail {
-    fn http_status(&self) -> &'static str {
+    pub(crate) fn http_status(&self) -> &'static str {
         match self {
             Fail::Budget => "429 Too Many Requests",
             Fail::Forbidden => "403 Forbidden",
@@ -906,7 +768,7 @@ impl Fail {
     }
 
     /// The SOCKS5 reply code (RFC 1928 section 6).
-    fn socks_reply(&self) -> u8 {
+    pub(crate) fn socks_reply(&self) -> u8 {
         match self {
             Fail::Budget | Fail::Forbidden => 0x02,
             Fail::Unresolvable => 0x04,
@@ -915,7 +777,13 @@ impl Fail {
     }
 }
 
-fn refuse(run: &RunState, host: &str, port: u16, addr: Option<IpAddr>, refusal: Refusal) {
+pub(crate) fn refuse(
+    run: &RunState,
+    host: &str,
+    port: u16,
+    addr: Option<IpAddr>,
+    refusal: Refusal,
+) {
     run.record(EgressEvent {
         host: host.to_string(),
         port,
@@ -925,7 +793,7 @@ fn refuse(run: &RunState, host: &str, port: u16, addr: Option<IpAddr>, refusal: 
 }
 
 /// Counts a connection request against the run's budget.
-fn count_connection(run: &RunState, host: &str, port: u16) -> Result<(), Fail> {
+pub(crate) fn count_connection(run: &RunState, host: &str, port: u16) -> Result<(), Fail> {
     let count = run.connections.fetch_add(1, Ordering::Relaxed) + 1;
     match run.budget.max_connections {
         Some(max) if count > max => {
@@ -945,7 +813,7 @@ fn count_connection(run: &RunState, host: &str, port: u16) -> Result<(), Fail> {
 /// The decision pipeline shared by every protocol: parse the host with the one strict
 /// parser, check the name, resolve once, check every address, connect to the first allowed
 /// one (pinned: it is never resolved again). Every decision is logged.
-async fn open_upstream(
+pub(crate) async fn open_upstream(
     run: &RunState,
     host_text: &str,
     port: u16,
@@ -1026,7 +894,7 @@ async fn open_upstream(
     }
 }
 
-fn find_run(runs: &Weak<Runs>, token: &str) -> Option<Arc<RunState>> {
+pub(crate) fn find_run(runs: &Weak<Runs>, token: &str) -> Option<Arc<RunState>> {
     let runs = runs.upgrade()?;
     let run = lock(&runs).get(token).cloned();
     run
@@ -1139,561 +1007,4 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
         refuse(&run, host_text, port, Some(addr), why);
     })
     .await;
-}
-
-/// Splits an absolute `http://` URI into its authority and the origin-form target
-/// (`/path?query`). Fragments, userinfo (refused later by [`Host::parse`]), other schemes,
-/// and control characters or spaces in the path are refused.
-fn split_absolute_uri(target: &str) -> Result<(bool, &str, String), String> {
-    let (tls, rest) = if target.len() > 7 && target[..7].eq_ignore_ascii_case("http://") {
-        (false, &target[7..])
-    } else if target.len() > 8 && target[..8].eq_ignore_ascii_case("https://") {
-        (true, &target[8..])
-    } else {
-        return Err("only absolute http:// and https:// URIs are proxied".into());
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    if path.contains('#') {
-        return Err("a fragment in the request target".into());
-    }
-    if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err("a control character or space in the request target".into());
-    }
-    let path = if path.is_empty() {
-        "/".to_string()
-    } else if path.starts_with('?') {
-        format!("/{path}")
-    } else {
-        path.to_string()
-    };
-    Ok((tls, authority, path))
-}
-
-/// Host text and port of an authority whose port may be omitted (then `default`).
-fn split_authority_default(authority: &str, default: u16) -> Result<(&str, u16), String> {
-    let bracketed_without_port = authority.starts_with('[') && authority.ends_with(']');
-    if bracketed_without_port {
-        return Ok((&authority[1..authority.len() - 1], default));
-    }
-    if !authority.starts_with('[') && !authority.contains(':') {
-        return Ok((authority, default));
-    }
-    split_authority(authority)
-}
-
-/// Hop-by-hop and proxy headers that are not forwarded (`Connection: close` is added).
-const DROPPED_HEADERS: [&str; 8] = [
-    "proxy-authorization",
-    "proxy-connection",
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "upgrade",
-    "host",
-];
-
-/// Plain-HTTP proxying of one absolute-URI request: exactly one request per connection.
-/// The body must be framed by a single `Content-Length` (`Transfer-Encoding` is refused,
-/// `501`), only that many bytes are forwarded, anything the client sends after them is
-/// dropped (no second request reaches the pinned address under another `Host`), and the
-/// upstream gets `Connection: close`.
-async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
-    mut client: S,
-    run: &RunState,
-    head: Head,
-    early: Vec<u8>,
-) {
-    let bad = |why: String| {
-        refuse(run, &head.target, 0, None, Refusal::BadRequest(why));
-    };
-    let (tls, authority, path) = match split_absolute_uri(&head.target) {
-        Ok(split) => split,
-        Err(why) => {
-            bad(why);
-            respond(&mut client, "400 Bad Request", "").await;
-            return;
-        }
-    };
-    let default_port = if tls { 443 } else { 80 };
-    let (host_text, port) = match split_authority_default(authority, default_port) {
-        Ok(split) => split,
-        Err(why) => {
-            bad(why);
-            respond(&mut client, "400 Bad Request", "").await;
-            return;
-        }
-    };
-    let body = match check_request_headers(&head, host_text, port, default_port) {
-        Ok(body) => body,
-        Err((status, why)) => {
-            refuse(run, host_text, port, None, Refusal::BadRequest(why));
-            respond(&mut client, status, "").await;
-            return;
-        }
-    };
-    let (addr, upstream) = match open_upstream(run, host_text, port).await {
-        Ok(opened) => opened,
-        Err(fail) => {
-            respond(&mut client, fail.http_status(), "").await;
-            return;
-        }
-    };
-    let request = build_request(run, &head, &path, authority, host_text, port, addr);
-    let on_stop = |why| refuse(run, host_text, port, Some(addr), why);
-    if !tls {
-        forward_request(client, upstream, run, request, early, body, on_stop).await;
-        return;
-    }
-    // An absolute https:// URI (busybox wget, some HTTP libraries): the proxy speaks TLS to
-    // the upstream itself, verified against the host's roots.
-    match intercept::connect_tls(upstream, host_text).await {
-        Ok(tls_upstream) => {
-            forward_request(client, tls_upstream, run, request, early, body, on_stop).await
-        }
-        Err(why) => {
-            refuse(
-                run,
-                host_text,
-                port,
-                Some(addr),
-                Refusal::ConnectFailed(why),
-            );
-            respond(&mut client, "502 Bad Gateway", "").await;
-        }
-    }
-}
-
-/// Checks the headers of a request to `host_text:port` (`default_port` when the `Host`
-/// header names none): one decimal `Content-Length` at most, no `Transfer-Encoding`, and a
-/// `Host` naming the same authority. Returns the body length, or the status and reason of
-/// a refusal.
-fn check_request_headers(
-    head: &Head,
-    host_text: &str,
-    port: u16,
-    default_port: u16,
-) -> Result<u64, (&'static str, String)> {
-    let mut length: Option<u64> = None;
-    for (name, value) in &head.headers {
-        let problem = match name.as_str() {
-            "transfer-encoding" => {
-                return Err((
-                    "501 Not Implemented",
-                    "Transfer-Encoding is not proxied".to_string(),
-                ))
-            }
-            "content-length" if length.is_some() => Some("two Content-Length headers".into()),
-            "content-length" => match value.parse::<u64>() {
-                Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => {
-                    length = Some(n);
-                    None
-                }
-                _ => Some(format!("invalid Content-Length {value:?}")),
-            },
-            "host" => match split_authority_default(value, default_port) {
-                Ok((h, p))
-                    if p == port
-                        && Host::parse(h).is_ok()
-                        && Host::parse(h) == Host::parse(host_text) =>
-                {
-                    None
-                }
-                _ => Some(format!(
-                    "the Host header {value:?} differs from the request's destination"
-                )),
-            },
-            _ => None,
-        };
-        if let Some(why) = problem {
-            return Err(("400 Bad Request", why));
-        }
-    }
-    Ok(length.unwrap_or(0))
-}
-
-/// The request forwarded upstream: origin-form, the client's headers but hop-by-hop and
-/// proxy ones, `connection: close`, and the run's secrets bound to `host_text` in place of
-/// their placeholders (logged as a decision naming the variables, never the values).
-fn build_request(
-    run: &RunState,
-    head: &Head,
-    path: &str,
-    authority: &str,
-    host_text: &str,
-    port: u16,
-    addr: IpAddr,
-) -> String {
-    let mut headers = head.headers.clone();
-    let sent = secrets::substitute(&mut headers, &run.secrets, host_text);
-    if !sent.is_empty() {
-        run.record(EgressEvent {
-            host: host_text.to_string(),
-            port,
-            addr: Some(addr),
-            outcome: Outcome::SecretsSent { env: sent },
-        });
-    }
-    let mut request = format!("{} {path} HTTP/1.1\r\nhost: {authority}\r\n", head.method);
-    for (name, value) in &headers {
-        if !DROPPED_HEADERS.contains(&name.as_str()) {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-    }
-    request.push_str("connection: close\r\n\r\n");
-    request
-}
-
-/// Sends `request` and `body` bytes of the client's body (starting with `early`) upstream,
-/// and the whole response back, counting bytes against the run's budget. Nothing after
-/// the body is forwarded (one request per connection). `on_stop` gets why it was cut.
-async fn forward_request<C, U>(
-    client: C,
-    upstream: U,
-    run: &RunState,
-    request: String,
-    early: Vec<u8>,
-    body: u64,
-    on_stop: impl FnOnce(Refusal),
-) where
-    C: AsyncRead + AsyncWrite + Unpin,
-    U: AsyncRead + AsyncWrite + Unpin,
-{
-    let (mut client_read, mut client_write) = tokio::io::split(client);
-    let (mut up_read, mut up_write) = tokio::io::split(upstream);
-    let up = async {
-        run.take_bytes(request.len() as u64)
-            .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
-        up_write
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|_| Stop::Io)?;
-        let early_body = early.len().min(usize::try_from(body).unwrap_or(usize::MAX));
-        if early_body > 0 {
-            run.take_bytes(early_body as u64)
-                .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
-            up_write
-                .write_all(&early[..early_body])
-                .await
-                .map_err(|_| Stop::Io)?;
-        }
-        let mut left = body - early_body as u64;
-        let mut buf = vec![0u8; SPLICE_BUF];
-        while left > 0 {
-            let want = usize::try_from(left).unwrap_or(SPLICE_BUF).min(SPLICE_BUF);
-            let n = client_read
-                .read(&mut buf[..want])
-                .await
-                .map_err(|_| Stop::Io)?;
-            if n == 0 {
-                return Err(Stop::Io);
-            }
-            run.take_bytes(n as u64)
-                .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
-            up_write.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
-            left -= n as u64;
-        }
-        up_write.flush().await.map_err(|_| Stop::Io)?;
-        // Keep the upstream write side open (some servers treat a half-close as an
-        // abort); nothing more from the client is forwarded.
-        Ok::<_, Stop>(up_write)
-    };
-    let down = copy(&mut up_read, &mut client_write, run);
-    if let Err(Stop::Refused(why)) = tokio::try_join!(up, down) {
-        on_stop(why);
-    }
-}
-
-/// The SOCKS protocol version served (SOCKS5, RFC 1928).
-const SOCKS_VERSION: u8 = 0x05;
-/// The username/password method (RFC 1929): the username is the run's token.
-const SOCKS_USERPASS: u8 = 0x02;
-
-/// A SOCKS5 reply without a bound address (`0.0.0.0:0`).
-fn socks_reply(code: u8) -> [u8; 10] {
-    [SOCKS_VERSION, code, 0, 0x01, 0, 0, 0, 0, 0, 0]
-}
-
-/// Serves SOCKS5 (`CONNECT` only; the `h` of `socks5h`: names are resolved here, never by
-/// the client). The version byte was already read. Only the username/password method is
-/// offered, with the run's token as username; the password is ignored.
-async fn serve_socks<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs>) {
-    let handshake = tokio::time::timeout(HEAD_TIMEOUT, socks_handshake(&mut client, &runs)).await;
-    let (run, host_text, port) = match handshake {
-        Ok(Ok(Some(request))) => request,
-        Ok(Ok(None)) => return,
-        Ok(Err(why)) => {
-            tracing::warn!(target: "strata::egress", %why, "bad SOCKS5 request");
-            let _ = client.write_all(&socks_reply(0x01)).await;
-            return;
-        }
-        Err(_) => return,
-    };
-    let opened = match count_connection(&run, &host_text, port) {
-        Ok(()) => open_upstream(&run, &host_text, port).await,
-        Err(fail) => Err(fail),
-    };
-    let (addr, upstream) = match opened {
-        Ok(opened) => opened,
-        Err(fail) => {
-            let _ = client.write_all(&socks_reply(fail.socks_reply())).await;
-            let _ = client.shutdown().await;
-            return;
-        }
-    };
-    if client.write_all(&socks_reply(0x00)).await.is_err() {
-        return;
-    }
-    if intercept::intercepts(&run, &host_text) {
-        intercept::serve_intercepted(client, upstream, Vec::new(), &run, &host_text, port, addr)
-            .await;
-        return;
-    }
-    splice(client, upstream, Vec::new(), &run, &host_text, |why| {
-        refuse(&run, &host_text, port, Some(addr), why);
-    })
-    .await;
-}
-
-/// The SOCKS5 greeting, authentication and request. `Ok(None)`: refused and answered
-/// already (no acceptable method, wrong credential, a command other than `CONNECT`).
-async fn socks_handshake<S: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut S,
-    runs: &Weak<Runs>,
-) -> Result<Option<(Arc<RunState>, String, u16)>, String> {
-    let io = |err: io::Error| format!("read: {err}");
-    let nmethods = client.read_u8().await.map_err(io)?;
-    let mut methods = vec![0u8; usize::from(nmethods)];
-    client.read_exact(&mut methods).await.map_err(io)?;
-    if !methods.contains(&SOCKS_USERPASS) {
-        tracing::warn!(target: "strata::egress", "SOCKS5 client offers no username/password method");
-        let _ = client.write_all(&[SOCKS_VERSION, 0xff]).await;
-        return Ok(None);
-    }
-    client
-        .write_all(&[SOCKS_VERSION, SOCKS_USERPASS])
-        .await
-        .map_err(io)?;
-    if client.read_u8().await.map_err(io)? != 0x01 {
-        return Err("bad username/password subnegotiation version".into());
-    }
-    let ulen = client.read_u8().await.map_err(io)?;
-    let mut user = vec![0u8; usize::from(ulen)];
-    client.read_exact(&mut user).await.map_err(io)?;
-    let plen = client.read_u8().await.map_err(io)?;
-    let mut password = vec![0u8; usize::from(plen)];
-    client.read_exact(&mut password).await.map_err(io)?;
-    let run = std::str::from_utf8(&user)
-        .ok()
-        .and_then(|token| find_run(runs, token));
-    let Some(run) = run else {
-        tracing::warn!(target: "strata::egress", "missing or wrong SOCKS5 credential");
-        let _ = client.write_all(&[0x01, 0x01]).await;
-        return Ok(None);
-    };
-    client.write_all(&[0x01, 0x00]).await.map_err(io)?;
-    let mut request = [0u8; 4];
-    client.read_exact(&mut request).await.map_err(io)?;
-    let [version, command, reserved, atyp] = request;
-    if version != SOCKS_VERSION || reserved != 0 {
-        return Err("bad SOCKS5 request header".into());
-    }
-    let host_text = match atyp {
-        0x01 => {
-            let mut octets = [0u8; 4];
-            client.read_exact(&mut octets).await.map_err(io)?;
-            std::net::Ipv4Addr::from(octets).to_string()
-        }
-        0x04 => {
-            let mut octets = [0u8; 16];
-            client.read_exact(&mut octets).await.map_err(io)?;
-            // Displayed in the form `Host::parse` reads; an IPv4-mapped address displays
-            // as `::ffff:a.b.c.d`, which it refuses.
-            std::net::Ipv6Addr::from(octets).to_string()
-        }
-        0x03 => {
-            let len = client.read_u8().await.map_err(io)?;
-            let mut name = vec![0u8; usize::from(len)];
-            client.read_exact(&mut name).await.map_err(io)?;
-            // Not UTF-8: keep it visible in the log; `Host::parse` refuses it anyway.
-            String::from_utf8_lossy(&name).into_owned()
-        }
-        other => return Err(format!("unknown SOCKS5 address type {other}")),
-    };
-    let port = client.read_u16().await.map_err(io)?;
-    if command != 0x01 {
-        refuse(
-            &run,
-            &host_text,
-            port,
-            None,
-            Refusal::BadRequest(format!("SOCKS5 command {command} is not served")),
-        );
-        let _ = client.write_all(&socks_reply(0x07)).await;
-        return Ok(None);
-    }
-    if port == 0 {
-        refuse(
-            &run,
-            &host_text,
-            port,
-            None,
-            Refusal::BadRequest("port 0".into()),
-        );
-        let _ = client.write_all(&socks_reply(0x02)).await;
-        return Ok(None);
-    }
-    Ok(Some((run, host_text, port)))
-}
-
-/// Copies bytes both ways until both sides are done, counting them against the run's byte
-/// budget. Exceeding it calls `on_budget` (which logs it) and then drops both sides, so the
-/// log has the reason before the client sees the connection close.
-/// Splices a tunnel both ways, counting bytes against the run's budget. The client's first
-/// bytes are inspected before any reach the upstream: a TLS server name or HTTP `Host`
-/// naming another host than `authority` (the host the policy allowed) ends the tunnel, as
-/// do malformed ones (see [`first_bytes`]). Upstream bytes flow from the start, so
-/// server-speaks-first protocols work. `on_stop` gets why a tunnel was cut.
-async fn splice<S: AsyncRead + AsyncWrite + Unpin>(
-    client: S,
-    upstream: TcpStream,
-    early: Vec<u8>,
-    run: &RunState,
-    authority: &str,
-    on_stop: impl FnOnce(Refusal),
-) {
-    let (mut client_read, mut client_write) = tokio::io::split(client);
-    let (mut up_read, mut up_write) = upstream.into_split();
-    let up = async {
-        let mut early = early;
-        inspect_first_bytes(&mut client_read, &mut early, authority)
-            .await
-            .map_err(Stop::Refused)?;
-        if !early.is_empty() {
-            run.take_bytes(early.len() as u64)
-                .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
-            up_write.write_all(&early).await.map_err(|_| Stop::Io)?;
-        }
-        copy(&mut client_read, &mut up_write, run).await
-    };
-    let down = copy(&mut up_read, &mut client_write, run);
-    if let Err(Stop::Refused(why)) = tokio::try_join!(up, down) {
-        on_stop(why);
-    }
-}
-
-/// Reads the client's first bytes into `early` until [`first_bytes::classify`] can decide,
-/// and refuses a destination other than `authority`. A client that sends nothing (or
-/// closes) has nothing to check; once it started, it has [`HEAD_TIMEOUT`] to finish.
-async fn inspect_first_bytes<R: AsyncRead + Unpin>(
-    client: &mut R,
-    early: &mut Vec<u8>,
-    authority: &str,
-) -> Result<(), Refusal> {
-    let authority = authority
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
-    let mismatch = |what: &str, name: &str| {
-        Refusal::BadRequest(format!(
-            "the tunnel's {what} {name:?} differs from the allowed host {authority:?}"
-        ))
-    };
-    let mut chunk = [0u8; 4096];
-    let mut deadline = None;
-    loop {
-        match first_bytes::classify(early) {
-            FirstBytes::NeedMore => {}
-            FirstBytes::Tls { sni: Some(name) } if name != authority => {
-                return Err(mismatch("TLS server name", &name))
-            }
-            FirstBytes::Http { host: Some(host) } if host != authority => {
-                return Err(mismatch("HTTP Host", &host))
-            }
-            FirstBytes::Malformed(why) => return Err(Refusal::BadRequest(why.to_string())),
-            _ => return Ok(()),
-        }
-        let read = client.read(&mut chunk);
-        let n = match deadline {
-            None => read.await,
-            Some(deadline) => match tokio::time::timeout_at(deadline, read).await {
-                Ok(read) => read,
-                Err(_) => {
-                    return Err(Refusal::BadRequest(
-                        "the client's first bytes did not arrive in time".into(),
-                    ))
-                }
-            },
-        };
-        match n {
-            Ok(0) | Err(_) => return Ok(()),
-            Ok(n) => {
-                early.extend_from_slice(&chunk[..n]);
-                deadline.get_or_insert_with(|| tokio::time::Instant::now() + HEAD_TIMEOUT);
-            }
-        }
-    }
-}
-
-enum Stop {
-    Io,
-    Refused(Refusal),
-}
-
-async fn copy<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    from: &mut R,
-    to: &mut W,
-    run: &RunState,
-) -> Result<(), Stop> {
-    let mut buf = vec![0u8; SPLICE_BUF];
-    loop {
-        let n = from.read(&mut buf).await.map_err(|_| Stop::Io)?;
-        if n == 0 {
-            let _ = to.shutdown().await;
-            return Ok(());
-        }
-        run.take_bytes(n as u64)
-            .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
-        to.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn authority_split_refuses_unbracketed_ipv6_and_bad_ports() {
-        assert_eq!(split_authority("a.com:443"), Ok(("a.com", 443)));
-        assert_eq!(
-            split_authority("[2001:db8::1]:443"),
-            Ok(("2001:db8::1", 443))
-        );
-        assert!(split_authority("2001:db8::1:443").is_err());
-        assert!(split_authority("a.com").is_err());
-        assert!(split_authority("a.com:0").is_err());
-        assert!(split_authority("a.com:+443").is_err());
-        assert!(split_authority("a.com:65536").is_err());
-        assert!(split_authority("a.com:000443").is_err());
-    }
-
-    #[test]
-    fn head_parser_refuses_smuggling_shapes() {
-        assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nHost: a.com:443\r\n\r\n").is_ok());
-        assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nX: a\nb\r\n\r\n").is_err());
-        assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nX: a\0b\r\n\r\n").is_err());
-        assert!(parse_head(b"CONNECT a.com:443 HTTP/1.1\r\nX: a\r\n b\r\n\r\n").is_err());
-        assert!(parse_head(b"CONNECT  a.com:443 HTTP/1.1\r\n\r\n").is_err());
-        assert!(parse_head(b"CONNECT a.com:443 HTTP/2\r\n\r\n").is_err());
-        assert!(parse_head(b"GET\0 http://a.com/ HTTP/1.1\r\n\r\n").is_err());
-    }
-
-    #[test]
-    fn basic_credential_takes_the_user_only() {
-        assert_eq!(basic_user("Basic YWJjOg=="), Some("abc".into()));
-        assert_eq!(basic_user("basic YWJjOnh5eg=="), Some("abc".into()));
-        assert_eq!(basic_user("Bearer abc"), None);
-        assert_eq!(basic_user("Basic !!!"), None);
-    }
 }
