@@ -2,6 +2,15 @@
 //! TLS server name (SNI) of a ClientHello, or the `Host` of an HTTP request. The proxy
 //! refuses a tunnel whose bytes name another host than the authority the policy allowed
 //! (`CONNECT allowed.example:443`, then SNI `evil.example` on a shared front end).
+//!
+//! The classification fails closed for anything an HTTP server might read as a request: a
+//! first line made of a token, a space and anything containing `HTTP/` (in any case, any
+//! method token, not only upper-case ones) is HTTP, and it is undecided until its whole
+//! head (up to CRLF CRLF) has arrived; whitespace or an empty line before it (which
+//! servers skip), or a bare LF ending such a first line (servers split lines differently),
+//! is malformed. Only bytes that cannot start an HTTP/1 request are [`FirstBytes::Other`];
+//! a first message of token characters alone (`PING` without its line end) is undecided
+//! until a byte that ends the token arrives.
 
 /// Largest TLS record (2^14 bytes of payload plus room for compression/expansion, and the
 /// 5-byte header), and the largest HTTP head read before deciding.
@@ -34,9 +43,18 @@ pub fn classify(buf: &[u8]) -> FirstBytes {
     match buf.first() {
         None => FirstBytes::NeedMore,
         Some(0x16) => classify_tls(buf),
-        Some(b) if b.is_ascii_uppercase() => classify_http(buf),
+        // Servers skip empty lines (and some, whitespace) before a request line.
+        Some(b'\r' | b'\n' | b' ' | b'\t') => {
+            FirstBytes::Malformed("whitespace or an empty line before the first request")
+        }
+        Some(&b) if is_tchar(b) => classify_http(buf),
         Some(_) => FirstBytes::Other,
     }
+}
+
+/// A byte of an HTTP token (RFC 9110 `tchar`): what a method is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn classify_tls(buf: &[u8]) -> FirstBytes {
@@ -143,16 +161,36 @@ fn client_hello_sni(record: &[u8]) -> Result<Option<String>, &'static str> {
 }
 
 fn classify_http(buf: &[u8]) -> FirstBytes {
-    // A method token, then a space: anything else is another protocol.
-    let method_end = buf.iter().position(|b| !b.is_ascii_uppercase());
-    match method_end {
-        None if buf.len() < 20 => return FirstBytes::NeedMore,
-        Some(end) if end > 0 && end <= 20 && buf[end] == b' ' => {}
-        _ => return FirstBytes::Other,
+    let too_long = || FirstBytes::Malformed("an HTTP request head too long to inspect");
+    // A token (the method, in whatever case), then a space: anything else is another
+    // protocol (`SSH-2.0-...`, a Redis `PING`, binary framing).
+    match buf.iter().position(|&b| !is_tchar(b)) {
+        None if buf.len() >= MAX_FIRST_BYTES => return too_long(),
+        None => return FirstBytes::NeedMore,
+        Some(end) if buf[end] == b' ' => {}
+        Some(_) => return FirstBytes::Other,
+    }
+    // The request line: with an HTTP version, it is HTTP; without one it is another
+    // line-based protocol (SMTP's `EHLO host`, FTP's `USER name`; an HTTP/0.9 request has
+    // no headers, so no `Host` to route by).
+    let Some(line_end) = buf.iter().position(|&b| b == b'\n') else {
+        return if buf.len() >= MAX_FIRST_BYTES {
+            too_long()
+        } else {
+            FirstBytes::NeedMore
+        };
+    };
+    // Servers that end lines at a bare LF and servers that end them at CRLF only would
+    // read different request lines (and headers) out of the same bytes.
+    let Some(line) = buf[..line_end].strip_suffix(b"\r") else {
+        return FirstBytes::Malformed("a bare LF ending what could be a request line");
+    };
+    if !line.windows(5).any(|w| w.eq_ignore_ascii_case(b"HTTP/")) {
+        return FirstBytes::Other;
     }
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         return if buf.len() >= MAX_FIRST_BYTES {
-            FirstBytes::Malformed("an HTTP request head too long to inspect")
+            too_long()
         } else {
             FirstBytes::NeedMore
         };
@@ -291,5 +329,61 @@ mod tests {
     fn other_protocols_are_other() {
         assert_eq!(classify(b"SSH-2.0-OpenSSH_9.2\r\n"), FirstBytes::Other);
         assert_eq!(classify(b"\x00\x01binary"), FirstBytes::Other);
+        assert_eq!(classify(b"EHLO client.example\r\n"), FirstBytes::Other);
+        assert_eq!(classify(b"PING\r\n"), FirstBytes::Other);
+        assert_eq!(classify(b"GET /index.html\r\n"), FirstBytes::Other);
+        assert_eq!(classify(b"EHLO client.example"), FirstBytes::NeedMore);
+        assert!(matches!(
+            classify(b"GET /\nHost:evil.example\nX: HTTP/1.1\r\n\r\n"),
+            FirstBytes::Malformed(_)
+        ));
+    }
+
+    #[test]
+    fn an_empty_line_or_whitespace_before_a_request_cannot_hide_its_host() {
+        for bytes in [
+            &b"\r\nGET / HTTP/1.1\r\nHost: evil.example\r\n\r\n"[..],
+            b"\nGET / HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+            b" GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        ] {
+            assert!(
+                matches!(classify(bytes), FirstBytes::Malformed(_)),
+                "{bytes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn any_method_token_or_version_case_is_http_so_its_host_is_checked() {
+        for bytes in [
+            &b"get / HTTP/1.1\r\nHost: evil.example\r\n\r\n"[..],
+            b"M-SEARCH * HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+            b"GET / http/1.1\r\nHost: evil.example\r\n\r\n",
+            b"GET /\xc3\xa9 HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        ] {
+            assert_eq!(
+                classify(bytes),
+                FirstBytes::Http {
+                    host: Some("evil.example".into())
+                },
+                "{bytes:?}"
+            );
+        }
+        // HTTP/2 with prior knowledge: an HTTP head without a Host (refused by the strict
+        // parser, which takes only HTTP/1.0 and HTTP/1.1).
+        assert_eq!(
+            classify(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+            FirstBytes::Http { host: None }
+        );
+    }
+
+    #[test]
+    fn a_head_that_never_ends_is_undecided_then_malformed() {
+        let mut head = b"GET / HTTP/1.1\r\nHost: evil.example\n\n".to_vec();
+        assert_eq!(classify(&head), FirstBytes::NeedMore);
+        head.resize(MAX_FIRST_BYTES, b'a');
+        assert!(matches!(classify(&head), FirstBytes::Malformed(_)));
+        let token = vec![b'A'; MAX_FIRST_BYTES];
+        assert!(matches!(classify(&token), FirstBytes::Malformed(_)));
     }
 }

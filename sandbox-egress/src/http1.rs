@@ -244,7 +244,11 @@ pub(crate) async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
     };
-    let body = match check_request_headers(&head, host_text, port, default_port) {
+    let host_port = HostPort::Exactly {
+        port,
+        default: default_port,
+    };
+    let body = match check_request_headers(&head, host_text, host_port) {
         Ok(body) => body,
         Err((status, why)) => {
             refuse(run, host_text, port, None, Refusal::BadRequest(why));
@@ -284,15 +288,28 @@ pub(crate) async fn serve_plain_http<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Checks the headers of a request to `host_text:port` (`default_port` when the `Host`
-/// header names none): one decimal `Content-Length` at most, no `Transfer-Encoding`, and a
-/// `Host` naming the same authority. Returns the body length, or the status and reason of
-/// a refusal.
+/// Which port a request's `Host` header must name.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum HostPort {
+    /// This port; a `Host` without one names `default` (the scheme's).
+    Exactly {
+        /// The request's port.
+        port: u16,
+        /// The port a `Host` without one names.
+        default: u16,
+    },
+    /// Any port: a tunnel's request, whose destination is pinned already (only the host
+    /// can route it elsewhere on a shared front end).
+    Any,
+}
+
+/// Checks the headers of a request to `host_text`: one decimal `Content-Length` at most,
+/// no `Transfer-Encoding`, and every `Host` naming the same host (and the port of
+/// `host_port`). Returns the body length, or the status and reason of a refusal.
 pub(crate) fn check_request_headers(
     head: &Head,
     host_text: &str,
-    port: u16,
-    default_port: u16,
+    host_port: HostPort,
 ) -> Result<u64, (&'static str, String)> {
     let mut length: Option<u64> = None;
     for (name, value) in &head.headers {
@@ -311,18 +328,24 @@ pub(crate) fn check_request_headers(
                 }
                 _ => Some(format!("invalid Content-Length {value:?}")),
             },
-            "host" => match split_authority_default(value, default_port) {
-                Ok((h, p))
-                    if p == port
-                        && Host::parse(h).is_ok()
-                        && Host::parse(h) == Host::parse(host_text) =>
-                {
-                    None
+            "host" => {
+                let (default, port) = match host_port {
+                    HostPort::Exactly { port, default } => (default, Some(port)),
+                    HostPort::Any => (0, None),
+                };
+                match split_authority_default(value, default) {
+                    Ok((h, p))
+                        if port.is_none_or(|port| p == port)
+                            && Host::parse(h).is_ok()
+                            && Host::parse(h) == Host::parse(host_text) =>
+                    {
+                        None
+                    }
+                    _ => Some(format!(
+                        "the Host header {value:?} differs from the request's destination"
+                    )),
                 }
-                _ => Some(format!(
-                    "the Host header {value:?} differs from the request's destination"
-                )),
-            },
+            }
             _ => None,
         };
         if let Some(why) = problem {
@@ -330,6 +353,81 @@ pub(crate) fn check_request_headers(
         }
     }
     Ok(length.unwrap_or(0))
+}
+
+/// The one request of a tunnel or an intercepted connection, from its head `raw` (up to
+/// CRLF CRLF): an origin-form target (`/`, then visible ASCII only, so nothing can be
+/// injected into the request line sent on), headers that pass [`check_request_headers`]
+/// for `host`, rebuilt by [`build_request`] (so it ends with `connection: close`; the
+/// client's checked `Host` is kept). Returns it and the body length, or the status and
+/// reason of a refusal.
+pub(crate) fn origin_request(
+    run: &RunState,
+    raw: &[u8],
+    host: &str,
+    port: u16,
+    addr: IpAddr,
+    host_port: HostPort,
+) -> Result<(String, u64), (&'static str, String)> {
+    let bad = |why: String| ("400 Bad Request", why);
+    let head = parse_head(raw).map_err(bad)?;
+    if !is_origin_form(&head.target) {
+        return Err(bad(format!(
+            "a request in a tunnel must use an origin-form target, not {:?}",
+            head.target
+        )));
+    }
+    let body = check_request_headers(&head, host, host_port)?;
+    let authority = match head.headers.iter().find(|(name, _)| name == "host") {
+        Some((_, value)) => value.clone(),
+        None => {
+            let default = match host_port {
+                HostPort::Exactly { default, .. } => default,
+                HostPort::Any => 80,
+            };
+            let bracketed = match host.contains(':') {
+                true => format!("[{host}]"),
+                false => host.to_string(),
+            };
+            match port == default {
+                true => bracketed,
+                false => format!("{bracketed}:{port}"),
+            }
+        }
+    };
+    let request = build_request(run, &head, &head.target, &authority, host, port, addr);
+    Ok((request, body))
+}
+
+/// Whether `target` is an origin-form request target: `/`, then visible ASCII only (no
+/// control character, space or byte past ASCII to inject into the request line sent on).
+fn is_origin_form(target: &str) -> bool {
+    target.starts_with('/') && target.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The one request a tunnel carries when its first bytes are an HTTP head (`early`, as
+/// [`crate::first_bytes::classify`] found them, so the head is complete): returns the
+/// request to send on (see [`origin_request`]), where the head ends in `early`, and the
+/// body length. What follows the body is never forwarded: a client cannot pipeline or
+/// keep alive a second request, for another `Host`, to the pinned address.
+pub(crate) fn tunnel_request(
+    run: &RunState,
+    early: &[u8],
+    host: &str,
+    port: u16,
+    addr: IpAddr,
+) -> Result<(String, usize, u64), String> {
+    let end = early
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|pos| pos + 4)
+        .ok_or("an HTTP request head without its end")?;
+    if end > MAX_HEAD_BYTES {
+        return Err(format!("the request head exceeds {MAX_HEAD_BYTES} bytes"));
+    }
+    let (request, body) = origin_request(run, &early[..end], host, port, addr, HostPort::Any)
+        .map_err(|(_, why)| why)?;
+    Ok((request, end, body))
 }
 
 /// The request forwarded upstream: origin-form, the client's headers but hop-by-hop and
@@ -380,48 +478,58 @@ pub(crate) async fn forward_request<C, U>(
     U: AsyncRead + AsyncWrite + Unpin,
 {
     let (mut client_read, mut client_write) = tokio::io::split(client);
+    // The upstream's write side stays open until the response is in (some servers treat
+    // a half-close as an abort); nothing more from the client is forwarded.
     let (mut up_read, mut up_write) = tokio::io::split(upstream);
-    let up = async {
-        run.take_bytes(request.len() as u64)
-            .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
-        up_write
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|_| Stop::Io)?;
-        let early_body = early.len().min(usize::try_from(body).unwrap_or(usize::MAX));
-        if early_body > 0 {
-            run.take_bytes(early_body as u64)
-                .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
-            up_write
-                .write_all(&early[..early_body])
-                .await
-                .map_err(|_| Stop::Io)?;
-        }
-        let mut left = body - early_body as u64;
-        let mut buf = vec![0u8; SPLICE_BUF];
-        while left > 0 {
-            let want = usize::try_from(left).unwrap_or(SPLICE_BUF).min(SPLICE_BUF);
-            let n = client_read
-                .read(&mut buf[..want])
-                .await
-                .map_err(|_| Stop::Io)?;
-            if n == 0 {
-                return Err(Stop::Io);
-            }
-            run.take_bytes(n as u64)
-                .map_err(|limit| Stop::Refused(Refusal::Budget(limit)))?;
-            up_write.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
-            left -= n as u64;
-        }
-        up_write.flush().await.map_err(|_| Stop::Io)?;
-        // Keep the upstream write side open (some servers treat a half-close as an
-        // abort); nothing more from the client is forwarded.
-        Ok::<_, Stop>(up_write)
-    };
+    let up = send_request(&mut client_read, &mut up_write, run, &request, &early, body);
     let down = copy(&mut up_read, &mut client_write, run);
     if let Err(Stop::Refused(why)) = tokio::try_join!(up, down) {
         on_stop(why);
     }
+}
+
+/// Writes `request` upstream, then exactly `body` bytes of the client's body: first from
+/// `early` (bytes already read), then from `client`. Nothing after the body is read or
+/// sent. Every byte counts against the run's byte budget.
+pub(crate) async fn send_request<R, W>(
+    client: &mut R,
+    upstream: &mut W,
+    run: &RunState,
+    request: &str,
+    early: &[u8],
+    body: u64,
+) -> Result<(), Stop>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let budget = |limit| Stop::Refused(Refusal::Budget(limit));
+    run.take_bytes(request.len() as u64).map_err(budget)?;
+    upstream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|_| Stop::Io)?;
+    let early_body = early.len().min(usize::try_from(body).unwrap_or(usize::MAX));
+    if early_body > 0 {
+        run.take_bytes(early_body as u64).map_err(budget)?;
+        upstream
+            .write_all(&early[..early_body])
+            .await
+            .map_err(|_| Stop::Io)?;
+    }
+    let mut left = body - early_body as u64;
+    let mut buf = vec![0u8; SPLICE_BUF];
+    while left > 0 {
+        let want = usize::try_from(left).unwrap_or(SPLICE_BUF).min(SPLICE_BUF);
+        let n = client.read(&mut buf[..want]).await.map_err(|_| Stop::Io)?;
+        if n == 0 {
+            return Err(Stop::Io);
+        }
+        run.take_bytes(n as u64).map_err(budget)?;
+        upstream.write_all(&buf[..n]).await.map_err(|_| Stop::Io)?;
+        left -= n as u64;
+    }
+    upstream.flush().await.map_err(|_| Stop::Io)
 }
 
 #[cfg(test)]
@@ -452,6 +560,22 @@ mod tests {
         assert!(parse_head(b"CONNECT  a.com:443 HTTP/1.1\r\n\r\n").is_err());
         assert!(parse_head(b"CONNECT a.com:443 HTTP/2\r\n\r\n").is_err());
         assert!(parse_head(b"GET\0 http://a.com/ HTTP/1.1\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn only_visible_ascii_origin_form_targets_are_sent_on() {
+        assert!(is_origin_form("/a/b?c=d&e=%20"));
+        for target in [
+            "http://evil.example/",
+            "*",
+            "/a\nHost:evil.example",
+            "/a\rb",
+            "/a\u{0}",
+            "/caf\u{e9}",
+            "",
+        ] {
+            assert!(!is_origin_form(target), "{target:?}");
+        }
     }
 
     #[test]

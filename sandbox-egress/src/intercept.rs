@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::first_bytes::{self, FirstBytes};
-use crate::http1::{build_request, check_request_headers, forward_request, parse_head, read_head};
+use crate::http1::{forward_request, origin_request, read_head, HostPort};
 use crate::secrets::BoundSecret;
 use crate::{lock, refuse, Refusal, RunState, HEAD_TIMEOUT};
 
@@ -251,26 +251,14 @@ async fn serve_one<C, U>(
             Ok(Err(why)) => return refused(why),
             Err(_) => return refused("the request head timed out".into()),
         };
-    let head = match parse_head(&raw) {
-        Ok(head) => head,
-        Err(why) => return refused(why),
+    let host_port = HostPort::Exactly {
+        port,
+        default: default_port,
     };
-    if !head.target.starts_with('/') {
-        return refused(format!(
-            "an intercepted request must use an origin-form target, not {:?}",
-            head.target
-        ));
-    }
-    let body = match check_request_headers(&head, host, port, default_port) {
-        Ok(body) => body,
+    let (request, body) = match origin_request(run, &raw, host, port, addr, host_port) {
+        Ok(request) => request,
         Err((_, why)) => return refused(why),
     };
-    let authority = if port == default_port {
-        host.to_string()
-    } else {
-        format!("{host}:{port}")
-    };
-    let request = build_request(run, &head, &head.target, &authority, host, port, addr);
     forward_request(client, upstream, run, request, early, body, |why| {
         refuse(run, host, port, Some(addr), why);
     })

@@ -617,10 +617,7 @@ async fn serve_transparent(client: TcpStream, run: &RunState, names: &HashMap<Ip
         intercept::serve_intercepted(client, upstream, Vec::new(), run, host, port, addr).await;
         return;
     }
-    splice(client, upstream, Vec::new(), run, host, |why| {
-        refuse(run, host, port, Some(addr), why);
-    })
-    .await;
+    splice(client, upstream, Vec::new(), run, host, port, addr).await;
 }
 
 /// A run's own listener being served (see [`EgressProxy::attach`]). Dropping it closes the
@@ -1003,8 +1000,5 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
         intercept::serve_intercepted(client, upstream, early, &run, host_text, port, addr).await;
         return;
     }
-    splice(client, upstream, early, &run, host_text, |why| {
-        refuse(&run, host_text, port, Some(addr), why);
-    })
-    .await;
+    splice(client, upstream, early, &run, host_text, port, addr).await;
 }

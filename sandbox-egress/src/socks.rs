@@ -60,10 +60,7 @@ pub(crate) async fn serve_socks<S: AsyncRead + AsyncWrite + Unpin>(
             .await;
         return;
     }
-    splice(client, upstream, Vec::new(), &run, &host_text, |why| {
-        refuse(&run, &host_text, port, Some(addr), why);
-    })
-    .await;
+    splice(client, upstream, Vec::new(), &run, &host_text, port, addr).await;
 }
 
 /// The SOCKS5 greeting, authentication and request. `Ok(None)`: refused and answered

@@ -13,7 +13,7 @@ use std::time::Duration;
 use sandbox_core::caps::NetRule;
 use sandbox_core::egress::{DenyReason, EgressPolicy, ReservedRange};
 use sandbox_egress::{
-    Budget, BudgetLimit, EgressEvent, EgressProxy, Listen, Outcome, Refusal, RunGrant,
+    Attached, Budget, BudgetLimit, EgressEvent, EgressProxy, Listen, Outcome, Refusal, RunGrant,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -146,7 +146,7 @@ async fn connect_tunnel_reaches_echo_server_opened_by_explicit_loopback_cidr() {
     let (_proxy, grant, addr) = proxy_with(std::slice::from_ref(&rule), Budget::UNLIMITED).await;
     let (status, mut stream) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
     assert_eq!(status, 200);
-    echo_roundtrip(&mut stream, b"hello through the tunnel").await;
+    echo_roundtrip(&mut stream, b"hello through the tunnel\r\n").await;
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
     let (events, dropped) = grant.drain_log();
     assert_eq!(dropped, 0);
@@ -177,7 +177,7 @@ async fn a_shared_listener_holds_each_run_to_its_own_policy_by_credential() {
 
     let (status, mut stream) = connect(addr, &open, &target).await;
     assert_eq!(status, 200, "the run whose allowlist names the server");
-    echo_roundtrip(&mut stream, b"one listener, many runs").await;
+    echo_roundtrip(&mut stream, b"one listener, many runs\r\n").await;
     let (status, _) = connect(addr, &closed, &target).await;
     assert_eq!(
         status, 403,
@@ -207,17 +207,17 @@ async fn bytes_pipelined_after_the_connect_head_are_forwarded() {
         proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
     let stream = TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {}\r\n\r\nearly",
+        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {}\r\n\r\nearly\r\n",
         grant.proxy_authorization()
     );
     let (status, mut stream) = send_head(stream, head.as_bytes()).await;
     assert_eq!(status, 200);
-    let mut back = [0u8; 5];
+    let mut back = [0u8; 7];
     tokio::time::timeout(WAIT, stream.read_exact(&mut back))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(&back, b"early");
+    assert_eq!(&back, b"early\r\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,7 +238,7 @@ async fn unix_socket_listener_tunnels_too() {
     );
     let (status, mut stream) = send_head(stream, head.as_bytes()).await;
     assert_eq!(status, 200);
-    echo_roundtrip(&mut stream, b"over a unix socket").await;
+    echo_roundtrip(&mut stream, b"over a unix socket\r\n").await;
     drop(proxy);
     assert!(!path.exists(), "the socket file is removed with the proxy");
 }
@@ -501,8 +501,8 @@ async fn connection_flood_is_cut_by_the_connection_budget() {
     let (b, mut sb) = connect(addr, &grant, &target).await;
     assert_eq!((a, b), (200, 200));
     // The echo server has accepted both once they answer.
-    echo_roundtrip(&mut sa, b"one").await;
-    echo_roundtrip(&mut sb, b"two").await;
+    echo_roundtrip(&mut sa, b"one\r\n").await;
+    echo_roundtrip(&mut sb, b"two\r\n").await;
     for _ in 0..5 {
         assert_eq!(connect(addr, &grant, &target).await.0, 429);
     }
@@ -525,7 +525,7 @@ async fn byte_flood_is_cut_by_the_byte_budget() {
     let (status, mut stream) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
     assert_eq!(status, 200);
     // Within budget: 100 up + 100 echoed back.
-    echo_roundtrip(&mut stream, &[b'a'; 100]).await;
+    echo_roundtrip(&mut stream, &[0u8; 100]).await;
     // The flood: the proxy closes the tunnel.
     let flood = vec![b'b'; 64 * 1024];
     let _ = stream.write_all(&flood).await;
@@ -604,10 +604,10 @@ async fn socks5h_tunnel_reaches_allowed_echo_server() {
         proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
     let (code, mut stream) = socks5(addr, &[0, 2], grant.token(), 3, b"127.0.0.1", port).await;
     assert_eq!(code, 0);
-    echo_roundtrip(&mut stream, b"socks by name").await;
+    echo_roundtrip(&mut stream, b"socks by name\r\n").await;
     let (code, mut stream) = socks5(addr, &[2], grant.token(), 1, &[127, 0, 0, 1], port).await;
     assert_eq!(code, 0);
-    echo_roundtrip(&mut stream, b"socks by address").await;
+    echo_roundtrip(&mut stream, b"socks by address\r\n").await;
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
 
@@ -907,7 +907,7 @@ async fn another_runs_credential_is_refused_on_a_runs_own_listener() {
     assert_eq!(status, 407, "no credential");
     let (status, mut tunnel) = connect(addr, &mine, &target).await;
     assert_eq!(status, 200);
-    echo_roundtrip(&mut tunnel, b"through the run's own listener").await;
+    echo_roundtrip(&mut tunnel, b"through the run's own listener\r\n").await;
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
     let receipt = mine.receipt("127.0.0.1:3128", rules.to_vec());
     assert_eq!(receipt.decisions.len(), 1, "{receipt:?}");
@@ -988,5 +988,330 @@ async fn http_host_inside_a_tunnel_naming_another_host_is_cut_before_reaching_up
     // The same request naming the allowed host goes through.
     let (status, mut tunnel) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
     assert_eq!(status, 200);
-    echo_roundtrip(&mut tunnel, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+    let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    tunnel.write_all(request.as_bytes()).await.unwrap();
+    let mut back = Vec::new();
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(WAIT, async {
+        while !back.ends_with(b"\r\n\r\n") {
+            assert_eq!(tunnel.read(&mut byte).await.unwrap(), 1, "{back:?}");
+            back.push(byte[0]);
+        }
+    })
+    .await
+    .unwrap();
+    // One request, sent on as the plain-HTTP path sends it.
+    assert_eq!(
+        String::from_utf8(back).unwrap(),
+        format!("GET / HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\r\n")
+    );
+}
+
+/// What a keep-alive HTTP server (a shared front end) read on each connection.
+type Records = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// A loopback HTTP server that keeps connections alive the way a shared front end does: it
+/// answers every request it reads, framed by `Content-Length`, whatever its `Host`, and
+/// ignores `Connection: close`; it closes a connection at EOF or once it has been idle for
+/// a moment. Each connection's bytes are recorded whole when it closes, then `closed`
+/// gets a message, so a test checks the record only after the connection is over.
+async fn keepalive_server() -> (u16, Records, Closed) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (records, closed) = serve_keepalive(listener);
+    (port, records, closed)
+}
+
+/// Tells when the keep-alive server closed a connection.
+type Closed = tokio::sync::mpsc::UnboundedReceiver<()>;
+
+fn serve_keepalive(listener: TcpListener) -> (Records, Closed) {
+    let records: Records = Arc::default();
+    let all = records.clone();
+    let (tx, closed) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let (all, tx) = (all.clone(), tx.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut pending = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // Answer every complete request buffered so far.
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&pending[..end]).to_ascii_lowercase();
+                        let body: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if pending.len() < end + 4 + body {
+                            break;
+                        }
+                        pending.drain(..end + 4 + body);
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                            .await;
+                    }
+                    let idle = Duration::from_millis(1000);
+                    match tokio::time::timeout(idle, stream.read(&mut chunk)).await {
+                        Ok(Ok(n)) if n > 0 => {
+                            seen.extend_from_slice(&chunk[..n]);
+                            pending.extend_from_slice(&chunk[..n]);
+                        }
+                        _ => break,
+                    }
+                }
+                all.lock().unwrap().push(seen);
+                let _ = tx.send(());
+            });
+        }
+    });
+    (records, closed)
+}
+
+/// Waits (within a generous bound) until the keep-alive server closed one more connection,
+/// then returns everything its connections read, as text.
+async fn upstream_saw(
+    records: &Records,
+    closed: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
+) -> String {
+    tokio::time::timeout(Duration::from_secs(30), closed.recv())
+        .await
+        .expect("the upstream connection never closed")
+        .unwrap();
+    let records = records.lock().unwrap();
+    records
+        .iter()
+        .map(|r| String::from_utf8_lossy(r).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n--\n")
+}
+
+/// Reads one `ok` response (or until the proxy closes), within a generous bound.
+async fn read_first_response<S: AsyncRead + Unpin>(stream: &mut S) -> String {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        while !got.ends_with(b"ok") {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Two requests in one write: the first to the allowed host, the second naming another
+/// host served by the same front end.
+fn pipelined(allowed: &str, body: &str) -> String {
+    format!(
+        "POST / HTTP/1.1\r\nHost: {allowed}\r\nContent-Length: {}\r\n\r\n{body}GET /steal HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        body.len()
+    )
+}
+
+fn assert_only_the_allowed_request(seen: &str) {
+    assert_eq!(seen.matches(" HTTP/1.1\r\n").count(), 1, "{seen}");
+    assert!(!seen.contains("evil.example"), "{seen}");
+    assert!(!seen.contains("/steal"), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_second_request_with_another_host_on_a_plain_http_proxy_connection_never_reaches_upstream(
+) {
+    let (port, records, mut closed) = keepalive_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let allowed = format!("127.0.0.1:{port}");
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST http://{allowed}/ HTTP/1.1\r\nHost: {allowed}\r\nProxy-Authorization: {}\r\nContent-Length: 4\r\n\r\nbodyGET /steal HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        grant.proxy_authorization()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let response = read_first_response(&mut stream).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    drop(stream);
+    assert_only_the_allowed_request(&upstream_saw(&records, &mut closed).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_second_request_with_another_host_in_a_connect_tunnel_never_reaches_upstream() {
+    let (port, records, mut closed) = keepalive_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let allowed = format!("127.0.0.1:{port}");
+    let (status, mut tunnel) = connect(addr, &grant, &allowed).await;
+    assert_eq!(status, 200);
+    tunnel
+        .write_all(pipelined(&allowed, "body").as_bytes())
+        .await
+        .unwrap();
+    let response = read_first_response(&mut tunnel).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let seen = upstream_saw(&records, &mut closed).await;
+    assert_only_the_allowed_request(&seen);
+    assert!(
+        seen.ends_with("\r\n\r\nbody"),
+        "the body is forwarded whole: {seen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_request_after_the_first_response_in_a_connect_tunnel_never_reaches_upstream() {
+    let (port, records, mut closed) = keepalive_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let allowed = format!("127.0.0.1:{port}");
+    let (status, mut tunnel) = connect(addr, &grant, &allowed).await;
+    assert_eq!(status, 200);
+    let first = format!("GET / HTTP/1.1\r\nHost: {allowed}\r\n\r\n");
+    tunnel.write_all(first.as_bytes()).await.unwrap();
+    let response = read_first_response(&mut tunnel).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    // A keep-alive client reuses the connection: the proxy must not carry it.
+    let _ = tunnel
+        .write_all(b"GET /steal HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        .await;
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), tunnel.read_to_end(&mut rest)).await;
+    assert!(
+        !String::from_utf8_lossy(&rest).contains("200"),
+        "a second response came back"
+    );
+    assert_only_the_allowed_request(&upstream_saw(&records, &mut closed).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_second_request_with_another_host_in_a_socks5_tunnel_never_reaches_upstream() {
+    let (port, records, mut closed) = keepalive_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let (code, mut tunnel) = socks5(addr, &[2], grant.token(), 1, &[127, 0, 0, 1], port).await;
+    assert_eq!(code, 0);
+    tunnel
+        .write_all(pipelined(&format!("127.0.0.1:{port}"), "").as_bytes())
+        .await
+        .unwrap();
+    let response = read_first_response(&mut tunnel).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_only_the_allowed_request(&upstream_saw(&records, &mut closed).await);
+}
+
+/// A transparent listener on `127.0.0.2:PORT` whose address maps to the name
+/// `127.0.0.1`, for an upstream on `127.0.0.1:PORT` (the transparent port is the
+/// upstream's), and the run's policy naming that upstream explicitly.
+async fn transparent_run(
+    proxy: &EgressProxy,
+    budget: Budget,
+) -> (RunGrant, Attached, SocketAddr, u16, Records, Closed) {
+    for _ in 0..50 {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        let Ok(listener) = std::net::TcpListener::bind(("127.0.0.2", port)) else {
+            continue;
+        };
+        let (records, closed) = serve_keepalive(upstream);
+        let grant = proxy
+            .register(policy(&[format!("127.0.0.1/32:{port}")]), budget)
+            .unwrap();
+        let names = [("127.0.0.2".parse().unwrap(), "127.0.0.1".to_string())].into();
+        let addr = listener.local_addr().unwrap();
+        let attached = proxy.attach_transparent(listener, &grant, names).unwrap();
+        return (grant, attached, addr, port, records, closed);
+    }
+    panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_second_request_with_another_host_on_the_transparent_listener_never_reaches_upstream(
+) {
+    let proxy = EgressProxy::attach_only(tokio::runtime::Handle::current());
+    let (grant, _attached, addr, port, records, mut closed) =
+        transparent_run(&proxy, Budget::UNLIMITED).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(pipelined(&format!("127.0.0.1:{port}"), "x").as_bytes())
+        .await
+        .unwrap();
+    let response = read_first_response(&mut stream).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_only_the_allowed_request(&upstream_saw(&records, &mut closed).await);
+    assert!(grant
+        .drain_log()
+        .0
+        .iter()
+        .any(|e| matches!(e.outcome, Outcome::Allowed { .. })));
+}
+
+/// Opens a `CONNECT` tunnel to a keep-alive front end, sends `bytes` (then half-closes if
+/// `half_close`), and returns what the front end read over the whole connection and the
+/// run's refusals.
+async fn through_a_tunnel(bytes: &[u8], half_close: bool) -> (String, Vec<Refusal>) {
+    let (port, records, mut closed) = keepalive_server().await;
+    let (_proxy, grant, addr) =
+        proxy_with(&[format!("127.0.0.1/32:{port}")], Budget::UNLIMITED).await;
+    let (status, mut tunnel) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 200);
+    tunnel.write_all(bytes).await.unwrap();
+    if half_close {
+        tunnel.shutdown().await.unwrap();
+    }
+    let mut back = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), tunnel.read_to_end(&mut back)).await;
+    let seen = upstream_saw(&records, &mut closed).await;
+    (seen, refusals(&grant.drain_log().0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_shapes_that_could_hide_a_second_host_in_a_tunnel_never_reach_upstream() {
+    for (what, bytes) in [
+        (
+            "an empty line before the request (servers skip it)",
+            &b"\r\nGET / HTTP/1.1\r\nHost: evil.example\r\n\r\n"[..],
+        ),
+        (
+            "a lower-case method",
+            b"get / HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        ),
+        (
+            "a chunked body, whose framing the proxy does not parse",
+            b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        ),
+        (
+            "HTTP/2 with prior knowledge (a stream per host)",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        ),
+        (
+            "a bare LF in the request target, injecting a header line",
+            b"GET /\nHost:evil.example\nX: HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        ),
+        (
+            "an absolute target naming another host",
+            b"GET http://evil.example/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        ),
+    ] {
+        let (seen, refused) = through_a_tunnel(bytes, false).await;
+        assert!(seen.is_empty(), "{what}: the upstream read {seen:?}");
+        assert!(
+            matches!(refused.as_slice(), [Refusal::BadRequest(_)]),
+            "{what}: {refused:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_cut_short_by_a_half_close_never_reaches_upstream() {
+    // Bare LFs after the request line: the head never ends in CRLF CRLF, but a lenient
+    // server would read it.
+    let (seen, refused) = through_a_tunnel(b"GET / HTTP/1.1\r\nHost: evil.example\n\n", true).await;
+    assert!(seen.is_empty(), "the upstream read {seen:?}");
+    assert!(
+        matches!(refused.as_slice(), [Refusal::BadRequest(why)] if why.contains("closed")),
+        "{refused:?}"
+    );
 }
