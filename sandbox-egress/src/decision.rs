@@ -24,9 +24,11 @@ impl EgressEvent {
                     Refusal::Budget(BudgetLimit::Bytes { .. }) => {
                         (EgressRefusal::Budget, Some(LimitKind::EgressBytes))
                     }
-                    Refusal::Budget(BudgetLimit::Connections { .. }) => {
-                        (EgressRefusal::Budget, Some(LimitKind::EgressConnections))
-                    }
+                    // The concurrent quota is the proxy's, not a caps limit; the closest
+                    // receipt limit is still the connections one (the reason says which).
+                    Refusal::Budget(
+                        BudgetLimit::Connections { .. } | BudgetLimit::Concurrent { .. },
+                    ) => (EgressRefusal::Budget, Some(LimitKind::EgressConnections)),
                 };
                 (false, None, Some(family), limit, Some(why.to_string()))
             }
@@ -63,21 +65,23 @@ impl RunGrant {
 
 /// A [`Denial`] (capability `net`) for each refused decision of `receipt`, for the
 /// receipt's `denials`. Port 0 (no port known: a name lookup, or a request without a valid
-/// port) is left out of the text.
+/// port) is left out of the text, and so is an empty host (a connection refused at accept,
+/// before it asked for anything).
 pub fn denials(receipt: &NetworkReceipt) -> Vec<Denial> {
     receipt
         .decisions
         .iter()
         .filter(|d| !d.allowed)
         .map(|d| {
-            let target = match d.port {
-                0 => d.host.clone(),
-                port => format!("{}:{port}", d.host),
+            let target = match (d.host.as_str(), d.port) {
+                ("", _) => "a connection".to_string(),
+                (host, 0) => format!("egress to {host}"),
+                (host, port) => format!("egress to {host}:{port}"),
             };
             Denial {
                 capability: Capability::Net,
                 detail: format!(
-                    "egress to {target} refused: {}",
+                    "{target} refused: {}",
                     d.reason.as_deref().unwrap_or("refused")
                 ),
             }

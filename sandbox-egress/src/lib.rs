@@ -1,31 +1,75 @@
 //! Strata's host-side egress proxy: the enforcing half of network allowlists
 //! ([`sandbox_core::Net::Allow`]), on top of the pure policy in [`sandbox_core::egress`].
 //!
-//! One [`EgressProxy`] per embedding process listens on a loopback TCP port chosen by the OS
-//! and/or a Unix socket. Each run registers with [`EgressProxy::register`] and gets a
-//! [`RunGrant`]: a random per-run credential, the run's [`EgressPolicy`], its [`Budget`] and
-//! its decision log. A connection is tied to its run by the credential
+//! One [`EgressProxy`] per embedding process serves listeners of two kinds: a run's own
+//! ([`EgressProxy::attach`], [`EgressProxy::attach_unix`],
+//! [`EgressProxy::attach_transparent`]: a listener only that run's sandbox can reach), and
+//! shared ones ([`EgressProxy::bind`]'s loopback TCP port or Unix socket,
+//! [`EgressProxy::serve_shared`]). Each run registers with [`EgressProxy::register`] and
+//! gets a [`RunGrant`]: a random per-run credential, the run's [`EgressPolicy`], its
+//! [`Budget`] and its decision log. A connection is tied to its run by the credential
 //! (`Proxy-Authorization: Basic base64(TOKEN:)`); without the right one it is refused with
-//! `407` before anything else happens.
+//! `407` before anything else happens (a run's own listener takes only its run's
+//! credential).
 //!
 //! Served today, on the same listeners (told apart by the first byte): HTTP
 //! `CONNECT host:port` and SOCKS5 `CONNECT` with names resolved by the proxy (`socks5h`),
-//! both as byte tunnels, and plain-HTTP proxying of absolute `http://` URIs (one request
-//! per connection, see `serve_plain_http`). The SOCKS5 credential is the username/password method (RFC 1929) with the token
-//! as username; a client offering no such method is refused. Per connection the proxy
+//! both as byte tunnels, and plain-HTTP proxying of absolute `http://` (and `https://`)
+//! URIs, one request per connection. The SOCKS5 credential is the username/password
+//! method (RFC 1929) with the token as username; a client offering no such method is
+//! refused. Per connection the proxy
 //!
-//! 1. reads the request head under strict limits ([`MAX_HEAD_BYTES`], [`MAX_HEADERS`],
-//!    [`HEAD_TIMEOUT`]); CR or LF anywhere but at a line end, NUL in a header, obsolete line
-//!    folding and duplicate credentials are refused;
+//! 1. admits it under [`ClientLimits`] (see below) and reads the request head under strict
+//!    limits ([`MAX_HEAD_BYTES`], [`MAX_HEADERS`], [`ClientLimits::auth_timeout`]); CR or
+//!    LF anywhere but at a line end, NUL in a header, obsolete line folding and duplicate
+//!    credentials are refused;
 //! 2. splits the authority (`host:port` or `[v6]:port`, decimal port 1-65535) and parses the
 //!    host with [`Host::parse`], the same strict parser the rules went through: anything it
 //!    refuses is refused (`403`) without any resolution;
 //! 3. asks [`EgressPolicy::check_name`]; a name no rule admits is never resolved;
-//! 4. resolves the name once ([`resolve::resolve`]: the hosts file, then the absolute name,
-//!    so no search domain is appended), checks every address with [`EgressPolicy::check_addr`] and connects only to
-//!    an allowed one, which stays pinned for the connection (no second resolution, so no
-//!    DNS rebinding);
-//! 5. splices bytes both ways, counting them against the run's byte budget.
+//! 4. resolves the name once ([`resolve::resolve`]: the hosts file, then the absolute
+//!    name, so no search domain is appended), checks every address with
+//!    [`EgressPolicy::check_addr`] and connects only to an allowed one, which stays pinned
+//!    for the connection (no second resolution, so no DNS rebinding);
+//! 5. in a tunnel, reads the client's first bytes before any reach the upstream
+//!    ([`first_bytes`]): a TLS server name or HTTP `Host` naming another host ends it, and
+//!    an HTTP request is carried alone: checked and rebuilt like a plain-HTTP one (its
+//!    body framed by one `Content-Length`, `Transfer-Encoding` refused, `connection:
+//!    close` sent on), with nothing the client sends after its body forwarded;
+//! 6. splices bytes both ways, counting them against the run's byte budget.
+//!
+//! # One destination per connection
+//!
+//! A connection reaches one host, named once. The proxy sees every plain-HTTP request it
+//! carries, and carries one per connection (plain-HTTP proxying, and HTTP inside `CONNECT`,
+//! SOCKS5 and transparent tunnels), so a pipelined or kept-alive second request for
+//! another `Host` never reaches the pinned address; clients open a new connection per
+//! request. Upgrades (`ws://` WebSockets, `h2c`) and chunked request bodies are not
+//! carried over plain HTTP (use TLS).
+//!
+//! Inside TLS the proxy sees only the ClientHello: the server name must be the allowed
+//! host (or absent), once per connection. What the client sends after the handshake is
+//! encrypted, so requests inside it are not seen: an HTTP/2 client may reuse ("coalesce")
+//! the connection for another name the server's certificate covers and that resolved to
+//! the same address, and a server that routes by the inner `Host` or `:authority` rather
+//! than the server name can be asked for another of its hosts. The allowlist therefore
+//! bounds the addresses and the server names reached, not which of a shared front end's
+//! hosts answers inside TLS; secrets ([`EgressProxy::register_with_secrets`]) are the
+//! exception, as those tunnels are terminated and read (one request per connection).
+//!
+//! # No run starves another
+//!
+//! Every connection holds one of the proxy's slots ([`ClientLimits::max_clients`]). On a
+//! run's own listener each accepted connection counts against that run at once, before it
+//! sent anything: against its connection budget ([`Budget::max_connections`]) and its
+//! share of the slots ([`ClientLimits::max_clients_per_run`]); past either it is closed
+//! (past the budget, after a `429` or SOCKS5 refusal where it sends a request). On shared
+//! listeners a connection counts against its run once its credential is checked; before
+//! that it holds one of a bounded number of unauthenticated places, in all and per peer
+//! address ([`ClientLimits::max_unauthenticated`],
+//! [`ClientLimits::max_unauthenticated_per_peer`]). A client that has not presented its
+//! credential within [`ClientLimits::auth_timeout`] is closed. Tunnels, once admitted,
+//! have no idle timeout: they hold their run's slots until either side closes.
 //!
 //! Every decision lands in the run's log ([`RunGrant::drain_log`]) and in `tracing` (target
 //! `strata::egress`).
@@ -47,10 +91,12 @@ use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use crate::admission::{accept_error, accept_run, accept_shared, AcceptOne, Gate, Ticket};
 use crate::http1::{basic_user, parse_head, read_head, respond, serve_plain_http, split_authority};
 use crate::socks::{serve_socks, SOCKS_VERSION};
 use crate::tunnel::splice;
 
+mod admission;
 mod decision;
 pub mod first_bytes;
 pub mod host;
@@ -61,23 +107,26 @@ pub mod secrets;
 mod socks;
 mod tunnel;
 
+pub use admission::{
+    ClientLimits, AUTH_TIMEOUT, MAX_CLIENTS, MAX_CLIENTS_PER_RUN, MAX_UNAUTHENTICATED,
+    MAX_UNAUTHENTICATED_PER_PEER,
+};
 pub use decision::denials;
 
 /// Longest request head (request line and headers, with the final blank line), in bytes.
 pub const MAX_HEAD_BYTES: usize = 8 * 1024;
 /// Most header lines in a request head.
 pub const MAX_HEADERS: usize = 64;
-/// How long a client may take to send its request head.
+/// How long a client may take, once admitted, to send a head or a tunnel's first bytes: an
+/// intercepted request's head, the TLS handshake of an intercepted tunnel, a tunnel's
+/// first bytes once they started. The first head, which carries the credential, is bound
+/// by [`ClientLimits::auth_timeout`] ([`AUTH_TIMEOUT`]) instead.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the proxy waits for the upstream TCP connection (per address).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most entries a run's log keeps between drains; later ones are counted, not kept, so a
 /// flood of refused requests cannot grow the host's memory without bound.
 pub const MAX_LOG_ENTRIES: usize = 10_000;
-/// Most client connections served at once by one proxy (all runs together, tunnels
-/// included); past it new connections are closed at once, so unauthenticated clients
-/// cannot exhaust the host's file descriptors.
-pub const MAX_CLIENTS: usize = 4096;
 /// Size of the splice buffer per direction.
 pub(crate) const SPLICE_BUF: usize = 16 * 1024;
 /// The realm of the `407` challenge.
@@ -96,8 +145,10 @@ pub enum Listen {
 /// [`BudgetLimit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
-    /// Most connection requests (every authenticated request counts, allowed or not, so a
-    /// flood of refused requests is cut too). `None`: unlimited.
+    /// Most connections. On the run's own listeners every accepted connection counts, at
+    /// accept, before it sent anything (so idle or unauthenticated ones count too); on
+    /// shared listeners every authenticated request counts. Refused ones count as well, so
+    /// a flood of refused requests is cut too. `None`: unlimited.
     pub max_connections: Option<u64>,
     /// Most tunnelled bytes, both directions together, over all the run's connections.
     /// `None`: unlimited.
@@ -125,6 +176,11 @@ pub enum BudgetLimit {
         /// The limit.
         max: u64,
     },
+    /// [`ClientLimits::max_clients_per_run`]: the run's connections open at once.
+    Concurrent {
+        /// The limit.
+        max: u64,
+    },
 }
 
 impl fmt::Display for BudgetLimit {
@@ -132,6 +188,9 @@ impl fmt::Display for BudgetLimit {
         match self {
             BudgetLimit::Connections { max } => write!(f, "connection budget of {max} exceeded"),
             BudgetLimit::Bytes { max } => write!(f, "byte budget of {max} exceeded"),
+            BudgetLimit::Concurrent { max } => {
+                write!(f, "more than {max} connections of the run at once")
+            }
         }
     }
 }
@@ -209,6 +268,9 @@ pub(crate) struct RunState {
     connections: AtomicU64,
     bytes: AtomicU64,
     log: EgressLog,
+    /// The run's share of the proxy's client slots ([`ClientLimits::max_clients_per_run`]).
+    slots: Arc<Semaphore>,
+    max_slots: usize,
 }
 
 /// A run's decision log, shared by every enforcer (this proxy, the wasm backend's
@@ -291,7 +353,7 @@ pub(crate) type Runs = Mutex<HashMap<String, Arc<RunState>>>;
 #[derive(Debug)]
 pub struct EgressProxy {
     runs: Arc<Runs>,
-    clients: Arc<Semaphore>,
+    gate: Arc<Gate>,
     runtime: tokio::runtime::Handle,
     tcp_addr: Option<SocketAddr>,
     unix_path: Option<PathBuf>,
@@ -299,55 +361,37 @@ pub struct EgressProxy {
 }
 
 impl EgressProxy {
-    /// Starts listening on every listener given. With none, the proxy serves only the
-    /// per-run listeners handed to [`EgressProxy::attach`].
+    /// Starts listening on every listener given, with the default [`ClientLimits`]. With
+    /// none, the proxy serves only the per-run listeners handed to [`EgressProxy::attach`].
+    /// These listeners serve every registered run, told apart by credential (like
+    /// [`EgressProxy::serve_shared`]).
     pub async fn bind(listen: &[Listen]) -> io::Result<EgressProxy> {
-        let runs: Arc<Runs> = Arc::default();
-        let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
-        let mut proxy = EgressProxy {
-            runs: runs.clone(),
-            clients: clients.clone(),
-            runtime: tokio::runtime::Handle::current(),
-            tcp_addr: None,
-            unix_path: None,
-            tasks: Vec::new(),
-        };
+        EgressProxy::bind_with_limits(listen, ClientLimits::default()).await
+    }
+
+    /// Like [`EgressProxy::bind`], with these limits on its clients.
+    pub async fn bind_with_limits(
+        listen: &[Listen],
+        limits: ClientLimits,
+    ) -> io::Result<EgressProxy> {
+        let mut proxy =
+            EgressProxy::attach_only_with_limits(tokio::runtime::Handle::current(), limits);
         for listener in listen {
-            match listener {
+            let runs = Arc::downgrade(&proxy.runs);
+            let gate = proxy.gate.clone();
+            let task = match listener {
                 Listen::TcpLoopback => {
                     let tcp = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
                     proxy.tcp_addr = Some(tcp.local_addr()?);
-                    let runs = Arc::downgrade(&runs);
-                    let clients = clients.clone();
-                    proxy.tasks.push(tokio::spawn(async move {
-                        loop {
-                            match tcp.accept().await {
-                                Ok((stream, peer)) => {
-                                    tracing::debug!(target: "strata::egress", %peer, "accepted");
-                                    spawn_client(stream, runs.clone(), &clients);
-                                }
-                                Err(err) => accept_error(err).await,
-                            }
-                        }
-                    }));
+                    tokio::spawn(accept_shared(tcp, runs, gate))
                 }
                 Listen::Unix(path) => {
                     let unix = UnixListener::bind(path)?;
                     proxy.unix_path = Some(path.clone());
-                    let runs = Arc::downgrade(&runs);
-                    let clients = clients.clone();
-                    proxy.tasks.push(tokio::spawn(async move {
-                        loop {
-                            match unix.accept().await {
-                                Ok((stream, _)) => {
-                                    spawn_client(stream, runs.clone(), &clients);
-                                }
-                                Err(err) => accept_error(err).await,
-                            }
-                        }
-                    }));
+                    tokio::spawn(accept_shared(unix, runs, gate))
                 }
-            }
+            };
+            proxy.tasks.push(task);
         }
         Ok(proxy)
     }
@@ -395,6 +439,8 @@ impl EgressProxy {
             connections: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             log: EgressLog::new(),
+            slots: self.gate.run_slots(),
+            max_slots: self.gate.limits.max_clients_per_run,
         });
         lock(&self.runs).insert(token.clone(), state.clone());
         Ok(RunGrant {
@@ -407,12 +453,21 @@ impl EgressProxy {
 
 impl EgressProxy {
     /// A proxy without listeners of its own, serving only the per-run listeners handed to
-    /// [`EgressProxy::attach`], on `runtime`. Callable from any thread, inside a runtime
-    /// or not.
+    /// [`EgressProxy::attach`] (and shared ones, [`EgressProxy::serve_shared`]), on
+    /// `runtime`, with the default [`ClientLimits`]. Callable from any thread, inside a
+    /// runtime or not.
     pub fn attach_only(runtime: tokio::runtime::Handle) -> EgressProxy {
+        EgressProxy::attach_only_with_limits(runtime, ClientLimits::default())
+    }
+
+    /// Like [`EgressProxy::attach_only`], with these limits on its clients.
+    pub fn attach_only_with_limits(
+        runtime: tokio::runtime::Handle,
+        limits: ClientLimits,
+    ) -> EgressProxy {
         EgressProxy {
             runs: Arc::default(),
-            clients: Arc::new(Semaphore::new(MAX_CLIENTS)),
+            gate: Arc::new(Gate::new(limits)),
             runtime,
             tcp_addr: None,
             unix_path: None,
@@ -420,11 +475,19 @@ impl EgressProxy {
         }
     }
 
+    /// The limits on this proxy's clients.
+    pub fn limits(&self) -> ClientLimits {
+        self.gate.limits
+    }
+
     /// Serves `listener` for the run of `grant` only: a listener bound inside one
     /// sandbox's network namespace and passed out, so the sandbox's only way out is this
     /// proxy. Clients on it still need the run's credential, and no other run's credential
-    /// works on it. Callable from any thread (the proxy keeps its runtime's handle).
-    /// Serving stops when the returned [`Attached`] drops.
+    /// works on it. Each accepted connection counts against the run at once (its
+    /// connection budget and [`ClientLimits::max_clients_per_run`]), and must present the
+    /// credential within [`ClientLimits::auth_timeout`]. Callable from any thread (the
+    /// proxy keeps its runtime's handle). Serving stops when the returned [`Attached`]
+    /// drops.
     pub fn attach(
         &self,
         listener: std::net::TcpListener,
@@ -440,42 +503,9 @@ impl EgressProxy {
     /// [`Attached`] drops.
     fn serve_run<L: AcceptOne>(&self, listener: L, grant: &RunGrant) -> Attached {
         let (runs, weak) = only_run(grant);
-        let task = self
-            .runtime
-            .spawn(accept_loop(listener, weak, self.clients.clone()));
+        let accept = accept_run(listener, weak, grant.token.clone(), self.gate.clone());
+        let task = self.runtime.spawn(accept);
         Attached { task, runs }
-    }
-}
-
-/// Accepts clients on `listener` for the runs of `runs`, until the task is aborted.
-async fn accept_loop<L: AcceptOne>(listener: L, runs: Weak<Runs>, clients: Arc<Semaphore>) {
-    loop {
-        match listener.accept_one().await {
-            Ok(stream) => spawn_client(stream, runs.clone(), &clients),
-            Err(err) => accept_error(err).await,
-        }
-    }
-}
-
-/// A listener whose connections a run's proxy serves.
-trait AcceptOne: Send + Sync + 'static {
-    /// The connection.
-    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
-    /// The next connection.
-    fn accept_one(&self) -> impl std::future::Future<Output = io::Result<Self::Stream>> + Send;
-}
-
-impl AcceptOne for TcpListener {
-    type Stream = TcpStream;
-    async fn accept_one(&self) -> io::Result<TcpStream> {
-        self.accept().await.map(|(stream, _)| stream)
-    }
-}
-
-impl AcceptOne for UnixListener {
-    type Stream = tokio::net::UnixStream;
-    async fn accept_one(&self) -> io::Result<tokio::net::UnixStream> {
-        self.accept().await.map(|(stream, _)| stream)
     }
 }
 
@@ -483,19 +513,20 @@ impl EgressProxy {
     /// Serves every run registered with this proxy on `listener`, each client tied to its
     /// run by the credential it presents (without a registered one: `407`). For sandboxes
     /// that reach the proxy over a network rather than through a listener of their own (a
-    /// cluster's pods, whose NetworkPolicy lets them reach only this address). Callable
-    /// from any thread. Serving stops when the returned [`SharedListener`] drops; the
-    /// runs stay registered.
+    /// cluster's pods, whose NetworkPolicy lets them reach only this address). Until its
+    /// credential is checked a connection holds one of the unauthenticated places
+    /// ([`ClientLimits::max_unauthenticated`], and
+    /// [`ClientLimits::max_unauthenticated_per_peer`] per peer address) for at most
+    /// [`ClientLimits::auth_timeout`]; then it counts against its run. Callable from any
+    /// thread. Serving stops when the returned [`SharedListener`] drops; the runs stay
+    /// registered.
     pub fn serve_shared(&self, listener: std::net::TcpListener) -> io::Result<SharedListener> {
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let _entered = self.runtime.enter();
         let tcp = TcpListener::from_std(listener)?;
-        let task = self.runtime.spawn(accept_loop(
-            tcp,
-            Arc::downgrade(&self.runs),
-            self.clients.clone(),
-        ));
+        let accept = accept_shared(tcp, Arc::downgrade(&self.runs), self.gate.clone());
+        let task = self.runtime.spawn(accept);
         Ok(SharedListener { task, addr })
     }
 }
@@ -551,8 +582,9 @@ impl EgressProxy {
     /// `names` maps back to host names (the sandbox's `/etc/hosts` gave the tool those
     /// addresses). Each connection is handled like `CONNECT name:PORT` with the run's
     /// credential: policy, resolution on the host, pinning, the first-bytes check (the TLS
-    /// server name or HTTP `Host` must be that name), budgets, secrets. A connection to an
-    /// address no name maps to is refused.
+    /// server name or HTTP `Host` must be that name; an HTTP request is carried alone),
+    /// budgets, secrets. Each accepted connection counts against the run at once, as on
+    /// [`EgressProxy::attach`]. A connection to an address no name maps to is refused.
     pub fn attach_transparent(
         &self,
         listener: std::net::TcpListener,
@@ -564,21 +596,30 @@ impl EgressProxy {
         let tcp = TcpListener::from_std(listener)?;
         let (runs, weak) = only_run(grant);
         let token = grant.token.clone();
-        let clients = self.clients.clone();
+        let gate = self.gate.clone();
         let names = Arc::new(names);
         let task = self.runtime.spawn(async move {
             loop {
                 match tcp.accept().await {
                     Ok((stream, _)) => {
-                        let Ok(permit) = clients.clone().try_acquire_owned() else {
+                        let Some(run) = find_run(&weak, &token) else {
                             continue;
                         };
-                        let (weak, token, names) = (weak.clone(), token.clone(), names.clone());
+                        // The destination is the address the tool connected to.
+                        let Ok(local) = stream.local_addr() else {
+                            continue;
+                        };
+                        let host = names.get(&local.ip()).cloned();
+                        let shown = host.clone().unwrap_or_else(|| local.ip().to_string());
+                        let Some(mut ticket) = gate.admit_run(&run, &shown, local.port()) else {
+                            continue;
+                        };
+                        if ticket.admit(&run, &shown, local.port()).is_err() {
+                            continue;
+                        }
                         tokio::spawn(async move {
-                            if let Some(run) = find_run(&weak, &token) {
-                                serve_transparent(stream, &run, &names).await;
-                            }
-                            drop(permit);
+                            serve_transparent(stream, &run, host, local).await;
+                            drop(ticket);
                         });
                     }
                     Err(err) => accept_error(err).await,
@@ -589,13 +630,16 @@ impl EgressProxy {
     }
 }
 
-/// One transparent connection: its local address names the host, its local port the port.
-async fn serve_transparent(client: TcpStream, run: &RunState, names: &HashMap<IpAddr, String>) {
-    let Ok(local) = client.local_addr() else {
-        return;
-    };
+/// One transparent connection, admitted to its run already: `local` (the address the tool
+/// connected to) names the port, and the host if `host` is its name.
+async fn serve_transparent(
+    client: TcpStream,
+    run: &RunState,
+    host: Option<String>,
+    local: SocketAddr,
+) {
     let port = local.port();
-    let Some(host) = names.get(&local.ip()) else {
+    let Some(host) = host else {
         refuse(
             run,
             &local.ip().to_string(),
@@ -607,9 +651,7 @@ async fn serve_transparent(client: TcpStream, run: &RunState, names: &HashMap<Ip
         );
         return;
     };
-    if count_connection(run, host, port).is_err() {
-        return;
-    }
+    let host = host.as_str();
     let Ok((addr, upstream)) = open_upstream(run, host, port).await else {
         return;
     };
@@ -691,7 +733,7 @@ impl RunGrant {
         self.state.ca.as_ref().map(intercept::RunCa::pem)
     }
 
-    /// Connection requests counted against the budget so far.
+    /// Connections counted against the budget so far (see [`Budget::max_connections`]).
     pub fn connections(&self) -> u64 {
         self.state.connections.load(Ordering::Relaxed)
     }
@@ -715,32 +757,6 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     }
-}
-
-/// Serves a client on its own task if fewer than [`MAX_CLIENTS`] are being served;
-/// otherwise closes it at once.
-fn spawn_client<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
-    stream: S,
-    runs: Weak<Runs>,
-    clients: &Arc<Semaphore>,
-) {
-    match clients.clone().try_acquire_owned() {
-        Ok(permit) => {
-            tokio::spawn(async move {
-                serve(stream, runs).await;
-                drop(permit);
-            });
-        }
-        Err(_) => {
-            tracing::warn!(target: "strata::egress", max = MAX_CLIENTS, "too many clients; closing");
-        }
-    }
-}
-
-/// Backs off after an accept error (file descriptor exhaustion must not spin).
-async fn accept_error(err: io::Error) {
-    tracing::warn!(target: "strata::egress", error = %err, "accept failed");
-    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 /// Why [`open_upstream`] gave up (already logged); each protocol maps it to its reply.
@@ -787,24 +803,6 @@ pub(crate) fn refuse(
         addr,
         outcome: Outcome::Refused(refusal),
     });
-}
-
-/// Counts a connection request against the run's budget.
-pub(crate) fn count_connection(run: &RunState, host: &str, port: u16) -> Result<(), Fail> {
-    let count = run.connections.fetch_add(1, Ordering::Relaxed) + 1;
-    match run.budget.max_connections {
-        Some(max) if count > max => {
-            refuse(
-                run,
-                host,
-                port,
-                None,
-                Refusal::Budget(BudgetLimit::Connections { max }),
-            );
-            Err(Fail::Budget)
-        }
-        _ => Ok(()),
-    }
 }
 
 /// The decision pipeline shared by every protocol: parse the host with the one strict
@@ -897,23 +895,37 @@ pub(crate) fn find_run(runs: &Weak<Runs>, token: &str) -> Option<Arc<RunState>> 
     run
 }
 
-/// Serves one client connection: SOCKS5 if its first byte is 5, HTTP otherwise.
-async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs>) {
+/// Serves one client connection, admitted by `ticket`: SOCKS5 if its first byte is 5,
+/// HTTP otherwise. The client has `auth_timeout` from now to present its credential.
+pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut client: S,
+    runs: Weak<Runs>,
+    mut ticket: Ticket,
+    auth_timeout: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + auth_timeout;
     let mut first = [0u8; 1];
-    match tokio::time::timeout(HEAD_TIMEOUT, client.read_exact(&mut first)).await {
+    match tokio::time::timeout_at(deadline, client.read_exact(&mut first)).await {
         Ok(Ok(_)) => {}
         _ => return,
     }
     if first[0] == SOCKS_VERSION {
-        serve_socks(client, runs).await;
+        serve_socks(client, runs, &mut ticket, deadline).await;
     } else {
-        serve_http(client, runs, first[0]).await;
+        serve_http(client, runs, first[0], &mut ticket, deadline).await;
     }
 }
 
-/// Serves an HTTP `CONNECT` whose first byte was already read.
-async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak<Runs>, first: u8) {
-    let read = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client, vec![first])).await;
+/// Serves an HTTP `CONNECT` or plain-HTTP request whose first byte was already read; its
+/// head must be in by `deadline`.
+async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
+    mut client: S,
+    runs: Weak<Runs>,
+    first: u8,
+    ticket: &mut Ticket,
+    deadline: tokio::time::Instant,
+) {
+    let read = tokio::time::timeout_at(deadline, read_head(&mut client, vec![first])).await;
     let (raw, early) = match read {
         Ok(Ok(read)) => read,
         Ok(Err(why)) => {
@@ -950,7 +962,7 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, runs: Weak
         respond(&mut client, "407 Proxy Authentication Required", &challenge).await;
         return;
     };
-    if let Err(fail) = count_connection(&run, &head.target, 0) {
+    if let Err(fail) = ticket.admit(&run, &head.target, 0) {
         respond(&mut client, fail.http_status(), "").await;
         return;
     }

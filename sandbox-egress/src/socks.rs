@@ -6,11 +6,9 @@ use std::sync::{Arc, Weak};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::admission::Ticket;
 use crate::tunnel::splice;
-use crate::{
-    count_connection, find_run, intercept, open_upstream, refuse, Refusal, RunState, Runs,
-    HEAD_TIMEOUT,
-};
+use crate::{find_run, intercept, open_upstream, refuse, Refusal, RunState, Runs};
 
 /// The SOCKS protocol version served (SOCKS5, RFC 1928).
 pub(crate) const SOCKS_VERSION: u8 = 0x05;
@@ -23,13 +21,16 @@ fn socks_reply(code: u8) -> [u8; 10] {
 }
 
 /// Serves SOCKS5 (`CONNECT` only; the `h` of `socks5h`: names are resolved here, never by
-/// the client). The version byte was already read. Only the username/password method is
-/// offered, with the run's token as username; the password is ignored.
+/// the client). The version byte was already read; the handshake must be done by
+/// `deadline`. Only the username/password method is offered, with the run's token as
+/// username; the password is ignored.
 pub(crate) async fn serve_socks<S: AsyncRead + AsyncWrite + Unpin>(
     mut client: S,
     runs: Weak<Runs>,
+    ticket: &mut Ticket,
+    deadline: tokio::time::Instant,
 ) {
-    let handshake = tokio::time::timeout(HEAD_TIMEOUT, socks_handshake(&mut client, &runs)).await;
+    let handshake = tokio::time::timeout_at(deadline, socks_handshake(&mut client, &runs)).await;
     let (run, host_text, port) = match handshake {
         Ok(Ok(Some(request))) => request,
         Ok(Ok(None)) => return,
@@ -40,7 +41,7 @@ pub(crate) async fn serve_socks<S: AsyncRead + AsyncWrite + Unpin>(
         }
         Err(_) => return,
     };
-    let opened = match count_connection(&run, &host_text, port) {
+    let opened = match ticket.admit(&run, &host_text, port) {
         Ok(()) => open_upstream(&run, &host_text, port).await,
         Err(fail) => Err(fail),
     };

@@ -13,7 +13,8 @@ use std::time::Duration;
 use sandbox_core::caps::NetRule;
 use sandbox_core::egress::{DenyReason, EgressPolicy, ReservedRange};
 use sandbox_egress::{
-    Attached, Budget, BudgetLimit, EgressEvent, EgressProxy, Listen, Outcome, Refusal, RunGrant,
+    Attached, Budget, BudgetLimit, ClientLimits, EgressEvent, EgressProxy, Listen, Outcome,
+    Refusal, RunGrant,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -1313,5 +1314,216 @@ async fn a_request_head_cut_short_by_a_half_close_never_reaches_upstream() {
     assert!(
         matches!(refused.as_slice(), [Refusal::BadRequest(why)] if why.contains("closed")),
         "{refused:?}"
+    );
+}
+
+/// Tells when the proxy closed an idle connection.
+type ClosedTx = tokio::sync::mpsc::UnboundedSender<()>;
+
+/// Opens `n` connections to `addr` (from `from` if given) that send nothing; `closed` is
+/// told each time the proxy closes one of them.
+async fn idle_connections(
+    addr: SocketAddr,
+    from: Option<std::net::IpAddr>,
+    n: usize,
+    closed: &ClosedTx,
+) {
+    for _ in 0..n {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        if let Some(ip) = from {
+            socket.bind(SocketAddr::new(ip, 0)).unwrap();
+        }
+        let mut stream = socket.connect(addr).await.unwrap();
+        let tx = closed.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 256];
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            let _ = tx.send(());
+        });
+    }
+}
+
+/// Waits, within a generous bound, until `count` of the connections were closed.
+async fn closed_by_the_proxy(closed: &mut Closed, count: usize) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for _ in 0..count {
+            closed.recv().await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the proxy did not close {count} connections"));
+}
+
+/// Waits, within a generous bound, until the run counted `count` connections.
+async fn counted(grant: &RunGrant, count: u64) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while grant.connections() < count {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} of {count} connections counted", grant.connections()));
+}
+
+fn attach_listener(proxy: &EgressProxy, grant: &RunGrant) -> (Attached, SocketAddr) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    (proxy.attach(listener, grant).unwrap(), addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_unauthenticated_connections_of_one_run_do_not_starve_another_run() {
+    let (port, accepted) = echo_server().await;
+    // Small limits, so the attack fits in a test: without a per-run quota, run A's twelve
+    // idle connections would take all eight of the proxy's slots.
+    let limits = ClientLimits {
+        max_clients: 8,
+        max_clients_per_run: 4,
+        auth_timeout: Duration::from_secs(600),
+        ..ClientLimits::default()
+    };
+    let proxy = EgressProxy::attach_only_with_limits(tokio::runtime::Handle::current(), limits);
+    // Run A: its proxy listener and its transparent listener.
+    let (a, _transparent, transparent_addr, ..) = transparent_run(&proxy, Budget::UNLIMITED).await;
+    let (_a_listener, a_addr) = attach_listener(&proxy, &a);
+    let b = proxy
+        .register(policy(&[format!("127.0.0.1/32:{port}")]), Budget::UNLIMITED)
+        .unwrap();
+    let (_b_listener, b_addr) = attach_listener(&proxy, &b);
+
+    let (tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
+    idle_connections(a_addr, None, 6, &tx).await;
+    idle_connections(transparent_addr, None, 6, &tx).await;
+    counted(&a, 12).await;
+    // A holds its four slots; its eight other connections are closed at accept.
+    closed_by_the_proxy(&mut closed, 8).await;
+
+    let (status, mut tunnel) = connect(b_addr, &b, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 200, "run B got no slot");
+    echo_roundtrip(&mut tunnel, b"run B still gets through\r\n").await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+
+    let refused = refusals(&a.drain_log().0);
+    assert_eq!(
+        refused,
+        vec![Refusal::Budget(BudgetLimit::Concurrent { max: 4 }); 8],
+        "A's log"
+    );
+    assert_eq!(a.connections(), 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_connections_past_its_budget_are_refused_at_accept() {
+    let (port, accepted) = echo_server().await;
+    let proxy = EgressProxy::attach_only(tokio::runtime::Handle::current());
+    let budget = Budget {
+        max_connections: Some(2),
+        max_bytes: None,
+    };
+    let grant = proxy
+        .register(policy(&[format!("127.0.0.1/32:{port}")]), budget)
+        .unwrap();
+    let (_attached, addr) = attach_listener(&proxy, &grant);
+    // Two connections that never present a credential spend the budget...
+    let (tx, _closed) = tokio::sync::mpsc::unbounded_channel();
+    idle_connections(addr, None, 2, &tx).await;
+    counted(&grant, 2).await;
+    // ...so the next one, with the credential, is refused without an upstream.
+    let (status, mut stream) = connect(addr, &grant, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 429);
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest))
+        .await
+        .expect("the refused connection stays open")
+        .unwrap();
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert_eq!(grant.connections(), 3);
+    let (events, _) = grant.drain_log();
+    assert_eq!(
+        refusals(&events),
+        vec![Refusal::Budget(BudgetLimit::Connections { max: 2 })]
+    );
+    assert_eq!(
+        events[0].host, "",
+        "refused at accept, before it named a host"
+    );
+    let receipt = grant.receipt("test", Vec::new());
+    assert!(receipt.decisions.is_empty(), "drained already");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_without_credentials_is_closed_quickly() {
+    let (port, _) = echo_server().await;
+    let limits = ClientLimits {
+        max_clients_per_run: 1,
+        max_unauthenticated_per_peer: 1,
+        auth_timeout: Duration::from_secs(1),
+        ..ClientLimits::default()
+    };
+    let proxy = EgressProxy::attach_only_with_limits(tokio::runtime::Handle::current(), limits);
+    let grant = proxy
+        .register(policy(&[format!("127.0.0.1/32:{port}")]), Budget::UNLIMITED)
+        .unwrap();
+    let (_attached, own) = attach_listener(&proxy, &grant);
+    let shared = proxy
+        .serve_shared(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .unwrap();
+    let target = format!("127.0.0.1:{port}");
+    for addr in [own, shared.addr()] {
+        // One that sends nothing, one that stops in the middle of its head: each holds the
+        // only slot (the run's, or the peer's unauthenticated place) until it is closed.
+        let (tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
+        idle_connections(addr, None, 1, &tx).await;
+        closed_by_the_proxy(&mut closed, 1).await;
+        let mut partial = TcpStream::connect(addr).await.unwrap();
+        partial.write_all(b"CONNECT 127.0.0.1:").await.unwrap();
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), partial.read_to_end(&mut rest))
+            .await
+            .expect("a partial head is closed")
+            .unwrap();
+        assert!(rest.starts_with(b"HTTP/1.1 408"), "{rest:?}");
+        // The slot was given back.
+        let (status, mut tunnel) = connect(addr, &grant, &target).await;
+        assert_eq!(status, 200, "{addr}");
+        echo_roundtrip(&mut tunnel, b"the slot is free again\r\n").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_unauthenticated_connections_on_a_shared_listener_do_not_take_every_slot() {
+    let (port, accepted) = echo_server().await;
+    let limits = ClientLimits {
+        max_clients: 8,
+        max_unauthenticated_per_peer: 4,
+        auth_timeout: Duration::from_secs(600),
+        ..ClientLimits::default()
+    };
+    let proxy = EgressProxy::attach_only_with_limits(tokio::runtime::Handle::current(), limits);
+    let grant = proxy
+        .register(policy(&[format!("127.0.0.1/32:{port}")]), Budget::UNLIMITED)
+        .unwrap();
+    let shared = proxy
+        .serve_shared(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .unwrap();
+    // Another peer (127.0.0.2) opens twelve connections and never authenticates: it keeps
+    // four, the others are closed at once, and the proxy's other slots stay free.
+    let attacker = "127.0.0.2".parse().unwrap();
+    let (tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
+    idle_connections(shared.addr(), Some(attacker), 12, &tx).await;
+    closed_by_the_proxy(&mut closed, 8).await;
+    let (status, mut tunnel) = connect(shared.addr(), &grant, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, 200);
+    echo_roundtrip(&mut tunnel, b"a run on the shared listener\r\n").await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        grant.connections(),
+        1,
+        "unauthenticated ones count for no run"
     );
 }
