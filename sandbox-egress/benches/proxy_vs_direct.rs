@@ -60,8 +60,11 @@ async fn direct(target: SocketAddr) -> TcpStream {
     stream
 }
 
+/// One byte each way. Not a letter or digit: through the proxy, a first message made of
+/// token characters alone could still become an HTTP request line, so the tunnel waits
+/// for the byte that ends it; a binary byte is classified at once.
 async fn ping(stream: &mut TcpStream) {
-    stream.write_all(b"x").await.expect("write");
+    stream.write_all(b"\x01").await.expect("write");
     let mut byte = [0u8; 1];
     stream.read_exact(&mut byte).await.expect("read");
 }
