@@ -28,7 +28,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{find_run, lock, refuse, serve, BudgetLimit, Fail, Refusal, RunState, Runs};
+use crate::http1::serve;
+use crate::{find_run, lock, refuse, BudgetLimit, Fail, Refusal, RunState, Runs};
 
 /// Default most client connections served at once by one proxy (all runs and listeners
 /// together, tunnels included); past it new connections are closed at once, so clients

@@ -1,18 +1,26 @@
-//! HTTP/1 on the proxy's client side: the request-head reader and strict parser, the
-//! authority splitters, and plain-HTTP proxying of one request per connection (absolute
-//! URIs, and the requests read from intercepted tunnels).
+//! HTTP/1 on the proxy's client side: each client's first request (the credential, then
+//! `CONNECT` or plain HTTP), the request-head reader and strict parser, the authority
+//! splitters, and plain-HTTP proxying of one request per connection (absolute URIs, and
+//! the requests read from tunnels).
 
 use std::net::IpAddr;
+use std::sync::Weak;
+use std::time::Duration;
 
 use base64::Engine as _;
 use sandbox_core::egress::Host;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::tunnel::{copy, Stop};
+use crate::admission::Ticket;
+use crate::socks::{serve_socks, SOCKS_VERSION};
+use crate::tunnel::{copy, splice, Stop};
 use crate::{
-    intercept, open_upstream, refuse, secrets, EgressEvent, Outcome, Refusal, RunState,
-    MAX_HEADERS, MAX_HEAD_BYTES, SPLICE_BUF,
+    find_run, intercept, open_upstream, refuse, secrets, EgressEvent, Outcome, Refusal, RunState,
+    Runs, MAX_HEADERS, MAX_HEAD_BYTES, SPLICE_BUF,
 };
+
+/// The realm of the `407` challenge.
+const REALM: &str = "strata-egress";
 
 /// A parsed request head.
 pub(crate) struct Head {
@@ -530,6 +538,126 @@ where
         left -= n as u64;
     }
     upstream.flush().await.map_err(|_| Stop::Io)
+}
+
+/// Serves one client connection, admitted by `ticket`: SOCKS5 if its first byte is 5,
+/// HTTP otherwise. The client has `auth_timeout` from now to present its credential.
+pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut client: S,
+    runs: Weak<Runs>,
+    mut ticket: Ticket,
+    auth_timeout: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + auth_timeout;
+    let mut first = [0u8; 1];
+    match tokio::time::timeout_at(deadline, client.read_exact(&mut first)).await {
+        Ok(Ok(_)) => {}
+        _ => return,
+    }
+    if first[0] == SOCKS_VERSION {
+        serve_socks(client, runs, &mut ticket, deadline).await;
+    } else {
+        serve_http(client, runs, first[0], &mut ticket, deadline).await;
+    }
+}
+
+/// Serves an HTTP `CONNECT` or plain-HTTP request whose first byte was already read; its
+/// head must be in by `deadline`.
+async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
+    mut client: S,
+    runs: Weak<Runs>,
+    first: u8,
+    ticket: &mut Ticket,
+    deadline: tokio::time::Instant,
+) {
+    let read = tokio::time::timeout_at(deadline, read_head(&mut client, vec![first])).await;
+    let (raw, early) = match read {
+        Ok(Ok(read)) => read,
+        Ok(Err(why)) => {
+            tracing::warn!(target: "strata::egress", %why, "bad request head");
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(target: "strata::egress", "request head timed out");
+            respond(&mut client, "408 Request Timeout", "").await;
+            return;
+        }
+    };
+    let head = match parse_head(&raw) {
+        Ok(head) => head,
+        Err(why) => {
+            tracing::warn!(target: "strata::egress", %why, "bad request head");
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+    };
+    // The credential first: an unauthenticated client learns nothing about the policy.
+    let mut auth = head
+        .headers
+        .iter()
+        .filter(|(name, _)| name == "proxy-authorization");
+    let token = match (auth.next(), auth.next()) {
+        (Some((_, value)), None) => basic_user(value),
+        _ => None,
+    };
+    let Some(run) = token.and_then(|token| find_run(&runs, &token)) else {
+        tracing::warn!(target: "strata::egress", request_target = ?head.target, "missing or wrong proxy credential");
+        let challenge = format!("Proxy-Authenticate: Basic realm=\"{REALM}\"\r\n");
+        respond(&mut client, "407 Proxy Authentication Required", &challenge).await;
+        return;
+    };
+    if let Err(fail) = ticket.admit(&run, &head.target, 0) {
+        respond(&mut client, fail.http_status(), "").await;
+        return;
+    }
+    if head.method != "CONNECT" {
+        serve_plain_http(client, &run, head, early).await;
+        return;
+    }
+    let (host_text, port) = match split_authority(&head.target) {
+        Ok(split) => split,
+        Err(why) => {
+            refuse(&run, &head.target, 0, None, Refusal::BadRequest(why));
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+    };
+    // A `Host` header, if sent, must name the same authority.
+    for (name, value) in &head.headers {
+        if name == "host" && !value.eq_ignore_ascii_case(&head.target) {
+            refuse(
+                &run,
+                host_text,
+                port,
+                None,
+                Refusal::BadRequest(format!(
+                    "the Host header {value:?} differs from the CONNECT authority"
+                )),
+            );
+            respond(&mut client, "400 Bad Request", "").await;
+            return;
+        }
+    }
+    let (addr, upstream) = match open_upstream(&run, host_text, port).await {
+        Ok(opened) => opened,
+        Err(fail) => {
+            respond(&mut client, fail.http_status(), "").await;
+            return;
+        }
+    };
+    if client
+        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    if intercept::intercepts(&run, host_text) {
+        intercept::serve_intercepted(client, upstream, early, &run, host_text, port, addr).await;
+        return;
+    }
+    splice(client, upstream, early, &run, host_text, port, addr).await;
 }
 
 #[cfg(test)]

@@ -86,14 +86,11 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use sandbox_core::egress::{Decision, DenyReason, EgressPolicy, Host};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use crate::admission::{accept_error, accept_run, accept_shared, AcceptOne, Gate, Ticket};
-use crate::http1::{basic_user, parse_head, read_head, respond, serve_plain_http, split_authority};
-use crate::socks::{serve_socks, SOCKS_VERSION};
+use crate::admission::{accept_error, accept_run, accept_shared, AcceptOne, Gate};
 use crate::tunnel::splice;
 
 mod admission;
@@ -129,8 +126,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_LOG_ENTRIES: usize = 10_000;
 /// Size of the splice buffer per direction.
 pub(crate) const SPLICE_BUF: usize = 16 * 1024;
-/// The realm of the `407` challenge.
-const REALM: &str = "strata-egress";
 
 /// Where the proxy listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -893,124 +888,4 @@ pub(crate) fn find_run(runs: &Weak<Runs>, token: &str) -> Option<Arc<RunState>> 
     let runs = runs.upgrade()?;
     let run = lock(&runs).get(token).cloned();
     run
-}
-
-/// Serves one client connection, admitted by `ticket`: SOCKS5 if its first byte is 5,
-/// HTTP otherwise. The client has `auth_timeout` from now to present its credential.
-pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
-    mut client: S,
-    runs: Weak<Runs>,
-    mut ticket: Ticket,
-    auth_timeout: Duration,
-) {
-    let deadline = tokio::time::Instant::now() + auth_timeout;
-    let mut first = [0u8; 1];
-    match tokio::time::timeout_at(deadline, client.read_exact(&mut first)).await {
-        Ok(Ok(_)) => {}
-        _ => return,
-    }
-    if first[0] == SOCKS_VERSION {
-        serve_socks(client, runs, &mut ticket, deadline).await;
-    } else {
-        serve_http(client, runs, first[0], &mut ticket, deadline).await;
-    }
-}
-
-/// Serves an HTTP `CONNECT` or plain-HTTP request whose first byte was already read; its
-/// head must be in by `deadline`.
-async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
-    mut client: S,
-    runs: Weak<Runs>,
-    first: u8,
-    ticket: &mut Ticket,
-    deadline: tokio::time::Instant,
-) {
-    let read = tokio::time::timeout_at(deadline, read_head(&mut client, vec![first])).await;
-    let (raw, early) = match read {
-        Ok(Ok(read)) => read,
-        Ok(Err(why)) => {
-            tracing::warn!(target: "strata::egress", %why, "bad request head");
-            respond(&mut client, "400 Bad Request", "").await;
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(target: "strata::egress", "request head timed out");
-            respond(&mut client, "408 Request Timeout", "").await;
-            return;
-        }
-    };
-    let head = match parse_head(&raw) {
-        Ok(head) => head,
-        Err(why) => {
-            tracing::warn!(target: "strata::egress", %why, "bad request head");
-            respond(&mut client, "400 Bad Request", "").await;
-            return;
-        }
-    };
-    // The credential first: an unauthenticated client learns nothing about the policy.
-    let mut auth = head
-        .headers
-        .iter()
-        .filter(|(name, _)| name == "proxy-authorization");
-    let token = match (auth.next(), auth.next()) {
-        (Some((_, value)), None) => basic_user(value),
-        _ => None,
-    };
-    let Some(run) = token.and_then(|token| find_run(&runs, &token)) else {
-        tracing::warn!(target: "strata::egress", request_target = ?head.target, "missing or wrong proxy credential");
-        let challenge = format!("Proxy-Authenticate: Basic realm=\"{REALM}\"\r\n");
-        respond(&mut client, "407 Proxy Authentication Required", &challenge).await;
-        return;
-    };
-    if let Err(fail) = ticket.admit(&run, &head.target, 0) {
-        respond(&mut client, fail.http_status(), "").await;
-        return;
-    }
-    if head.method != "CONNECT" {
-        serve_plain_http(client, &run, head, early).await;
-        return;
-    }
-    let (host_text, port) = match split_authority(&head.target) {
-        Ok(split) => split,
-        Err(why) => {
-            refuse(&run, &head.target, 0, None, Refusal::BadRequest(why));
-            respond(&mut client, "400 Bad Request", "").await;
-            return;
-        }
-    };
-    // A `Host` header, if sent, must name the same authority.
-    for (name, value) in &head.headers {
-        if name == "host" && !value.eq_ignore_ascii_case(&head.target) {
-            refuse(
-                &run,
-                host_text,
-                port,
-                None,
-                Refusal::BadRequest(format!(
-                    "the Host header {value:?} differs from the CONNECT authority"
-                )),
-            );
-            respond(&mut client, "400 Bad Request", "").await;
-            return;
-        }
-    }
-    let (addr, upstream) = match open_upstream(&run, host_text, port).await {
-        Ok(opened) => opened,
-        Err(fail) => {
-            respond(&mut client, fail.http_status(), "").await;
-            return;
-        }
-    };
-    if client
-        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return;
-    }
-    if intercept::intercepts(&run, host_text) {
-        intercept::serve_intercepted(client, upstream, early, &run, host_text, port, addr).await;
-        return;
-    }
-    splice(client, upstream, early, &run, host_text, port, addr).await;
 }
