@@ -1,38 +1,77 @@
 #!/usr/bin/env bash
 # Runs Strata's whole test suite: Rust (cargo test), Python (pytest) and Node (node --test).
 # Installs what it needs and starts the services its tests use (dockerd). Idempotent.
-# Everything is built once, with the release profile, in the workspace's target/ dir.
+#
+# Compilation is reused, never sources: cargo's target directory lives outside the clone
+# ($STRATA_TARGET_DIR, default ~/.cache/strata/target), so a run after a developer's own
+# build (or an earlier run, in another clone) recompiles only what changed. Everything that
+# is not compilation (apt packages, venvs, npm installs, the microVM guest, dockerd) is set
+# up here every time, idempotently. Everything is built once, with the release profile and
+# one feature set, shared by the tests, the Python wheel and the Node addon.
+#
+# Prints the time of each section and the total at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
-scripts/deps.sh test
+started=$SECONDS
+
+# The shared target dir, when it can be made; else the clone's own target/.
+target="${STRATA_TARGET_DIR:-$HOME/.cache/strata/target}"
+if mkdir -p "$target" 2>/dev/null && [ -w "$target" ]; then
+  export CARGO_TARGET_DIR="$target"
+else
+  echo "note: $target is not writable; building in $root/target"
+  export CARGO_TARGET_DIR="$root/target"
+fi
 export CARGO_TERM_COLOR=never
+mkdir -p "$root/target"
 
-section() { printf '\n==== %s ====\n' "$*"; }
+times=()
+current=""
+current_start=$SECONDS
+end_section() {
+  if [ -n "$current" ]; then
+    times+=("$(printf '%-28s %5d s' "$current" $((SECONDS - current_start)))")
+  fi
+}
+section() {
+  end_section
+  current="$*"
+  current_start=$SECONDS
+  printf '\n==== %s ====\n' "$*"
+}
+summary() {
+  end_section
+  current=""
+  printf '\n==== times ====\n'
+  printf '%s\n' "${times[@]}"
+  printf '%-28s %5d s\n' "total" $((SECONDS - started))
+}
+trap 'status=$?; [ $status -eq 0 ] || { summary; echo "FAILED in section: ${current:-setup} (exit $status)"; }' EXIT
 
+section "setup: packages and services"
+echo "cargo target dir: $CARGO_TARGET_DIR"
+scripts/deps.sh test
 if [ -x scripts/start-dockerd.sh ]; then
-  section "services"
   scripts/start-dockerd.sh
 fi
 
 section "rust: format and lints"
 cargo fmt --all -- --check
-# sandbox-kube's features (client, backend, fake) are on in this pass: the CLI depends on
-# backend, and its tests on fake.
+# One feature set everywhere: the CLI's defaults include kube and mcp, and its tests use
+# sandbox-kube's fake API server.
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 
 section "rust: build"
 # The bins alone: the feature set the Python and Node bindings' builds are unified with
-# (scripts/check-build-features.sh), so neither compiles wasmtime again. `cargo test` below
-# adds the dev-dependencies' features (tokio's among them) and recompiles the crates those
-# change; building the tests here instead would only move that work to the wheel build.
+# (scripts/check-build-features.sh), so neither compiles wasmtime again.
 cargo build --release --workspace --bins --quiet
-
 scripts/build-vm-guest.sh  # microVM guest: Debian cloud kernel + initramfs (and qemu-system-x86), cached under .ci/cache/vm
 scripts/fetch-wasm-interpreters.sh  # WASI Python/JS interpreters (PyPI) for the wasm backend's tests
-section "rust: tests"
-cargo test --release --workspace 2>&1 | tee target/cargo-test.log
-grep -E "^test result:" target/cargo-test.log | awk '{p+=$4; f+=$6; i+=$8} END {printf "cargo test total: %d passed, %d failed, %d ignored\n", p, f, i}'
+
+section "rust: cargo test"
+cargo test --release --workspace 2>&1 | tee "$root/target/cargo-test.log"
+grep -E "^test result:" "$root/target/cargo-test.log" | awk '{p+=$4; f+=$6; i+=$8} END {printf "cargo test total: %d passed, %d failed, %d ignored\n", p, f, i}'
 
 if [ -f bindings/python/pyproject.toml ] && [ -x bindings/python/test.sh ]; then
   section "python: pytest"
@@ -44,5 +83,5 @@ if [ -f bindings/node/package.json ] && [ -x bindings/node/test.sh ]; then
   bindings/node/test.sh
 fi
 
-section "done"
+summary
 echo "all suites passed"

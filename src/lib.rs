@@ -43,7 +43,7 @@ pub use sandbox::{doctor, unix_time_ms, BackendChoice, Sandbox, SandboxBuilder};
 #[cfg(unix)]
 pub use sandbox_core::StdinSource;
 /// The names of every caps field in each dialect, and the generated JSON Schemas.
-pub use sandbox_core::{audit, names, policy, schema};
+pub use sandbox_core::{audit, names, policy, schema, token};
 pub use sandbox_core::{
     backend, caps, error, grant, output, receipt, report, size, spec, tool, Access, Backend,
     BackendKind, BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,

@@ -157,10 +157,11 @@ impl Sandbox {
         }
         let parent = options.parent.clone().unwrap_or_else(std::env::temp_dir);
         sweep_once(&parent);
-        let files = SessionFiles::create(
+        let files = SessionFiles::create_bounded(
             &parent,
             &sandbox_vm::leftovers::this_process(),
             options.max_transfer,
+            Some(caps.limits.disk),
         )?;
         let mut run_caps = caps.clone();
         // The session directory is Strata's own, run by nothing on the host: its `.git` is
@@ -214,6 +215,36 @@ fn check_workdir(workdir: &Path) -> Result<PathBuf> {
 
 /// Removes the session directories of dead embedders under `parent`, once per process and
 /// parent.
+/// States in a call's receipt how the session directory's size is bounded, and a denial
+/// when the call filled it.
+fn disk_receipt(files: &SessionFiles, receipt: &mut sandbox_core::Receipt) {
+    use sandbox_core::{Capability, Mechanism};
+    use sandbox_os::session_files::DiskBound;
+    match files.disk_bound() {
+        DiskBound::Tmpfs(bytes) => {
+            receipt.enforce(
+                Capability::Disk,
+                Mechanism::Tmpfs,
+                "session directory on a size-limited tmpfs",
+                format!(
+                    "{} for everything the session keeps (limits.disk), host-side writes included",
+                    ByteSize(bytes)
+                ),
+            );
+            if files.is_full() {
+                receipt.deny(
+                    Capability::Disk,
+                    format!("the session directory is full at {}", ByteSize(bytes)),
+                );
+            }
+        }
+        DiskBound::Unbounded => receipt.gap(
+            Capability::Disk,
+            "the session directory is on the host's file system: an unprivileged embedder cannot mount a size-limited one, so limits.disk does not bound what calls keep there",
+        ),
+    }
+}
+
 fn sweep_once(parent: &Path) {
     static SWEPT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
     let mut swept = match SWEPT.lock() {
@@ -282,6 +313,12 @@ impl Session {
             .sandbox
             .run_audited(tool, &self.inner.given, &caps, &call.ctx);
         self.calls().retain(|(n, _)| *n != number);
+        let result = result.map(|mut out| {
+            if let Some(files) = files.as_ref() {
+                disk_receipt(files, &mut out.receipt);
+            }
+            out
+        });
         drop(files);
         result
     }
@@ -297,6 +334,14 @@ impl Session {
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let rel = self.relative(path)?;
         self.with_files(|f| f.read_file(&rel))
+    }
+
+    /// Reads the file at `path` when it holds at most `max` bytes (and at most the
+    /// session's `max_transfer`); a larger file is refused ([`Error::InvalidRequest`])
+    /// before any of it is read, so a server can bound what one call costs it.
+    pub fn read_file_at_most(&self, path: &str, max: u64) -> Result<Vec<u8>> {
+        let rel = self.relative(path)?;
+        self.with_files(|f| f.read_file_at_most(&rel, max))
     }
 
     /// Copies the embedder's file or directory `host` to `path` (see

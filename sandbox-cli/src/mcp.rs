@@ -59,6 +59,10 @@ const PROTOCOL_VERSIONS: &[ProtocolVersion] =
 /// travels in a JSON message; bigger files are for `upload`/`download` of the library).
 const MAX_FILE_BYTES: usize = 16 << 20;
 
+/// How many `session_read_file` calls hold file contents in memory at once (each at most
+/// [`MAX_FILE_BYTES`] and its encoding); more wait their turn.
+const MAX_READS_AT_ONCE: usize = 4;
+
 /// `strata mcp`: serves until the client goes away or a signal stops it. Exit 0 then; 2 for
 /// a bad profile or address, 125 when the sandbox or the server cannot start.
 pub fn main(args: McpArgs) -> ExitCode {
@@ -262,6 +266,8 @@ struct Inner {
     session_options: SessionOptions,
     max_sessions: usize,
     sessions: Mutex<HashMap<String, Session>>,
+    /// Slots for file reads held in memory ([`MAX_READS_AT_ONCE`]).
+    reads: tokio::sync::Semaphore,
     tools: Vec<McpTool>,
     /// Cancelled when the server stops: every run still going is killed.
     stopping: CancellationToken,
@@ -277,6 +283,7 @@ impl StrataMcp {
                 session_options: profile.session_options(),
                 max_sessions,
                 sessions: Mutex::new(HashMap::new()),
+                reads: tokio::sync::Semaphore::new(MAX_READS_AT_ONCE),
                 tools: tools(&profile.caps),
                 stopping: CancellationToken::new(),
             }),
@@ -304,8 +311,15 @@ impl StrataMcp {
         }
     }
 
+    /// The open session whose id is `id`: ids are compared in constant time (the id is the
+    /// capability), never by a lookup that stops at the first differing byte.
     fn session(&self, id: &str) -> strata::Result<Session> {
-        self.sessions().get(id).cloned().ok_or_else(|| {
+        let sessions = self.sessions();
+        let found = sessions
+            .iter()
+            .find(|(known, _)| strata::token::same(id.as_bytes(), known.as_bytes()))
+            .map(|(_, session)| session.clone());
+        found.ok_or_else(|| {
             Error::invalid(format!(
                 "no open session {id:?} (session_open makes one; session_close or a server restart ends it)"
             ))
@@ -429,17 +443,20 @@ impl StrataMcp {
         let params: ReadParams = params(args)?;
         let session = self.session(&params.session_id)?;
         let path = params.path.clone();
-        let data = blocking(move || session.read_file(&path)).await?;
-        if data.len() > MAX_FILE_BYTES {
-            return Err(Error::invalid(format!(
-                "{}: {} bytes, more than the {MAX_FILE_BYTES} one call may read",
-                params.path,
-                data.len()
-            )));
-        }
+        // Reads at once are bounded (each holds its file and its encoding in memory), and
+        // each checks the file's size before reading any of it.
+        let _slot = self
+            .inner
+            .reads
+            .acquire()
+            .await
+            .map_err(|_| internal("the server is stopping".into()))?;
+        let data =
+            blocking(move || session.read_file_at_most(&path, MAX_FILE_BYTES as u64)).await?;
+        let bytes = data.len();
         let encoding = params.encoding.unwrap_or_default();
         let content = match encoding {
-            Encoding::Utf8 => String::from_utf8(data.clone()).map_err(|_| {
+            Encoding::Utf8 => String::from_utf8(data).map_err(|_| {
                 Error::invalid(format!(
                     "{}: not UTF-8 text; read it with encoding \"base64\"",
                     params.path
@@ -449,7 +466,7 @@ impl StrataMcp {
         };
         Ok(CallToolResult::structured(json!({
             "path": params.path,
-            "bytes": data.len(),
+            "bytes": bytes,
             "encoding": encoding,
             "content": content,
         })))
@@ -470,10 +487,15 @@ impl StrataMcp {
 
     async fn session_close(&self, args: JsonObject) -> strata::Result<CallToolResult> {
         let params: SessionParams = params(args)?;
-        let session = self
-            .sessions()
-            .remove(&params.session_id)
-            .ok_or_else(|| Error::invalid(format!("no open session {:?}", params.session_id)))?;
+        let session = {
+            let mut sessions = self.sessions();
+            let key = sessions
+                .keys()
+                .find(|known| strata::token::same(params.session_id.as_bytes(), known.as_bytes()))
+                .cloned();
+            key.and_then(|key| sessions.remove(&key))
+        }
+        .ok_or_else(|| Error::invalid(format!("no open session {:?}", params.session_id)))?;
         blocking(move || session.close()).await?;
         Ok(CallToolResult::structured(
             json!({ "session_id": params.session_id, "closed": true }),

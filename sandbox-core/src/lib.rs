@@ -29,6 +29,7 @@ pub mod report;
 pub mod schema;
 pub mod size;
 pub mod spec;
+pub mod token;
 pub mod tool;
 mod validate;
 

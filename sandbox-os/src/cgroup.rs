@@ -9,6 +9,7 @@
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -277,6 +278,13 @@ pub struct RunCgroup {
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
 
+/// How long every task of a run may stall on memory within [`THRASH_WINDOW`] before the
+/// run is taken to be thrashing at its memory limit: 1 s.
+pub const THRASH_STALL: Duration = Duration::from_secs(1);
+/// The window of [`THRASH_STALL`]: 2 s (unprivileged PSI triggers need whole multiples of
+/// 2 s).
+pub const THRASH_WINDOW: Duration = Duration::from_secs(2);
+
 impl RunCgroup {
     /// Creates the run's cgroup(s), writes the memory, process and CPU limits of `limits`
     /// and reads them back ([`RunCgroup::applied`]).
@@ -371,6 +379,34 @@ impl RunCgroup {
                 .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok());
         }
         text.trim().parse::<u64>().ok().map(|ns| ns / 1000)
+    }
+
+    /// A PSI trigger on the run's memory pressure (cgroup v2 with pressure stall
+    /// information): its descriptor turns readable-priority (`POLLPRI`) when every task of
+    /// the run stalled on memory for [`THRASH_STALL`] within a [`THRASH_WINDOW`]. At the
+    /// memory limit without swap, a tool whose file pages are reclaimed and faulted back in
+    /// forever thrashes instead of meeting the OOM killer (seen under emulation, where a
+    /// refault is slow); the supervisor ends such a run as the memory limit. `None` on
+    /// cgroup v1 or without PSI.
+    pub fn memory_pressure_trigger(&self) -> Option<std::os::fd::OwnedFd> {
+        use std::io::Write;
+        if !self.version2 {
+            return None;
+        }
+        let dir = self.dirs.first()?;
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(dir.join("memory.pressure"))
+            .ok()?;
+        let trigger = format!(
+            "full {} {}\0",
+            THRASH_STALL.as_micros(),
+            THRASH_WINDOW.as_micros()
+        );
+        file.write_all(trigger.as_bytes()).ok()?;
+        Some(file.into())
     }
 
     /// The `cgroup.procs` files the helper writes itself into.

@@ -26,6 +26,7 @@ mod helper;
 mod identity;
 mod plan;
 mod pool;
+pub mod private;
 mod probe;
 mod process;
 mod protocol;
@@ -35,6 +36,7 @@ mod seccomp_table;
 pub mod session_files;
 mod supervise;
 mod sys;
+pub mod tree_copy;
 pub mod workspace;
 
 pub use egress_host::{EgressHost, RunEgress, SharedListener};

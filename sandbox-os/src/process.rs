@@ -510,6 +510,10 @@ impl ProcessBackend {
                 usage_us: &usage,
                 limit_us: u64::try_from(limits.cpu_time.as_micros()).unwrap_or(u64::MAX),
             });
+        let pressure = cgroup.as_ref().and_then(|cg| cg.memory_pressure_trigger());
+        let memory_watch = pressure
+            .as_ref()
+            .map(|trigger| supervise::MemoryWatch { trigger });
         // Taken only now, so a request refused above leaves the stream to the caller.
         let stream = match &ctx.stdin {
             Some(source) => Some(source.take()?),
@@ -526,6 +530,7 @@ impl ProcessBackend {
             input,
             limits.output.bytes(),
             cpu_watch,
+            memory_watch,
             ctx,
         )?;
         // Every process of the run is gone (the helper reported it, or was killed): read the
@@ -856,6 +861,27 @@ fn finish(
         receipt.deny(
             Capability::Output,
             format!("stderr cut at {}", limits.output),
+        );
+    }
+    if outcome.memory_watched {
+        receipt.enforce(
+            Capability::Memory,
+            Mechanism::Cgroup,
+            "cgroup v2 memory pressure watch",
+            format!(
+                "a run whose every task stalls on memory for {:?} within {:?} (thrashing at the limit) ends as the memory limit",
+                cgroup::THRASH_STALL,
+                cgroup::THRASH_WINDOW
+            ),
+        );
+    }
+    if outcome.thrashed {
+        receipt.deny(
+            Capability::Memory,
+            format!(
+                "thrashing at the {} memory limit: every task stalled on memory; the run was ended",
+                sandbox_core::ByteSize(applied.memory_bytes)
+            ),
         );
     }
     if stats.oom_kills > 0 {

@@ -1,9 +1,10 @@
 //! The host side of a session's files: a private directory that every call of the session
 //! mounts read-write, and safe copies in and out of it.
 //!
-//! [`SessionFiles::create`] makes `PARENT/strata-session-XXXXXXXXXXXX` (mode 0700, with an
-//! `owner` file naming the embedder process, for sweeping after a crash) and in it the
-//! directory the runs see, `root`. Everything the session's tools wrote is untrusted: every
+//! [`SessionFiles::create`] makes `PARENT/strata-session-XXXXXXXXXXXXXXXX` (mode 0700, with
+//! an owner-only `owner` file naming the embedder process, for sweeping after a crash) and
+//! in it the directory the runs see, `root`. The directory's name is random and unrelated
+//! to the session's id (the handle a server gives out), so listing `PARENT` reveals no id. Everything the session's tools wrote is untrusted: every
 //! path is opened beneath `root` with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //! RESOLVE_NO_MAGICLINKS)`, so a symlink the tool planted is never followed and nothing
 //! outside `root` is reached. Copies out ([`SessionFiles::read_file`],
@@ -83,7 +84,20 @@ pub struct SessionFiles {
     root_path: PathBuf,
     root: OwnedFd,
     max_transfer: u64,
+    /// The size of the tmpfs mounted on `root_path`, when one could be mounted.
+    bounded: Option<u64>,
     removed: bool,
+}
+
+/// How a session directory's size is bounded ([`SessionFiles::disk_bound`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskBound {
+    /// A tmpfs of this many bytes is mounted on the directory: every write into it, by a
+    /// tool or by the host side, stops at its size (`ENOSPC`).
+    Tmpfs(u64),
+    /// The directory is on the host's file system: the embedder could not mount a
+    /// size-limited one (only root can mount in the host's mount namespace).
+    Unbounded,
 }
 
 /// A relative path of normal components; `.` components are dropped.
@@ -121,6 +135,10 @@ fn file_error(rel: &Path, e: io::Error) -> Error {
         Some(Errno::NOTDIR) => {
             Error::invalid(format!("not a directory on the way to {}", shown.display()))
         }
+        // The session directory's size limit (a full tmpfs): typed, not an internal failure.
+        Some(Errno::NOSPC) | Some(Errno::DQUOT) => Error::LimitExceeded {
+            limit: sandbox_core::LimitKind::Disk,
+        },
         _ => Error::internal(format!("session file {}", shown.display()), e),
     }
 }
@@ -175,7 +193,7 @@ impl Budget {
     fn take(&mut self, path: &Path, len: u64) -> Result<()> {
         self.bytes = self.bytes.checked_sub(len).ok_or_else(|| {
             Error::invalid(format!(
-                "too large: {} (a copy moves at most {} bytes: the session's max_transfer)",
+                "too large: {} (this copy moves at most {} bytes)",
                 path.display(),
                 self.limit
             ))
@@ -195,36 +213,41 @@ struct Planned {
 impl SessionFiles {
     /// Creates the session directory under `parent` (`$TMPDIR` for most callers), writing
     /// `owner` (the embedder's `pid starttime`) to its `owner` file. `max_transfer` bounds
-    /// each copy in or out.
+    /// each copy in or out. Without a size bound (see [`SessionFiles::create_bounded`]).
     pub fn create(parent: &Path, owner: &str, max_transfer: ByteSize) -> Result<SessionFiles> {
+        Self::create_bounded(parent, owner, max_transfer, None)
+    }
+
+    /// [`SessionFiles::create`], with the directory the runs see on a tmpfs of `disk`
+    /// bytes (and `disk / 4096` inodes, at least 1024) when `disk` is given and this process
+    /// may mount one (root); otherwise on the host's file system ([`DiskBound::Unbounded`]).
+    /// The tmpfs is unmounted when the session is removed (or swept after a crash).
+    pub fn create_bounded(
+        parent: &Path,
+        owner: &str,
+        max_transfer: ByteSize,
+        disk: Option<ByteSize>,
+    ) -> Result<SessionFiles> {
         use std::os::unix::fs::DirBuilderExt;
-        let mut last = io::Error::other("no free name");
-        let mut base = None;
-        for _ in 0..16 {
-            let id = session_token()?;
-            let path = parent.join(format!("strata-session-{id}"));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {
-                    base = Some((id, path));
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
-                Err(e) => {
-                    last = e;
-                    break;
-                }
-            }
-        }
-        let Some((id, base)) = base else {
-            return Err(Error::internal(
-                format!("creating a session directory in {}", parent.display()),
-                last,
-            ));
-        };
+        let id = session_token()?;
+        let base = crate::private::PrivateDir::new_in(parent, "strata-session-")
+            .map_err(|e| {
+                Error::internal(
+                    format!("creating a session directory in {}", parent.display()),
+                    e,
+                )
+            })?
+            .keep();
         let root_path = base.join("root");
-        let made = std::fs::write(base.join("owner"), owner)
+        let mut bounded = None;
+        let made = crate::private::write(&base.join("owner"), owner)
             .and_then(|()| std::fs::DirBuilder::new().mode(0o755).create(&root_path))
-            .and_then(|()| open_private(&root_path));
+            .and_then(|()| {
+                if let Some(disk) = disk {
+                    bounded = mount_bound(&root_path, disk.bytes());
+                }
+                open_private(&root_path)
+            });
         match made {
             Ok(root) => Ok(SessionFiles {
                 id,
@@ -232,6 +255,7 @@ impl SessionFiles {
                 root_path,
                 root,
                 max_transfer: max_transfer.bytes(),
+                bounded,
                 removed: false,
             }),
             Err(e) => {
@@ -244,8 +268,9 @@ impl SessionFiles {
         }
     }
 
-    /// The 32 hex digits (128 random bits from the OS) naming this directory
-    /// (`strata-session-ID`); unguessable, so a server may hand it out as a handle.
+    /// 32 hex digits (128 random bits from the OS); unguessable and not the directory's
+    /// name, so a server may hand it out as a handle (compare it with
+    /// [`sandbox_core::token::same`]).
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -258,6 +283,17 @@ impl SessionFiles {
     /// The most bytes one copy moves.
     pub fn max_transfer(&self) -> u64 {
         self.max_transfer
+    }
+
+    /// How the directory's size is bounded.
+    pub fn disk_bound(&self) -> DiskBound {
+        self.bounded.map_or(DiskBound::Unbounded, DiskBound::Tmpfs)
+    }
+
+    /// Whether the directory is bounded and has no room left.
+    pub fn is_full(&self) -> bool {
+        self.bounded.is_some()
+            && rustix::fs::fstatvfs(&self.root).is_ok_and(|s| s.f_bavail == 0 || s.f_favail == 0)
     }
 
     /// Opens the parent directory of `rel` (creating missing directories, mode 0755, when
@@ -298,7 +334,16 @@ impl SessionFiles {
 
     /// Reads the regular file `rel` (at most the transfer limit; more is an error).
     pub fn read_file(&self, rel: &Path) -> Result<Vec<u8>> {
+        self.read_file_at_most(rel, self.max_transfer)
+    }
+
+    /// Reads the regular file `rel` when it holds at most `max` bytes (and at most the
+    /// transfer limit). The size is checked on the open descriptor before anything is
+    /// read, so a larger file costs no memory; a file that grows past the cap while read
+    /// is refused too.
+    pub fn read_file_at_most(&self, rel: &Path, max: u64) -> Result<Vec<u8>> {
         let rel = clean(rel)?;
+        let max = max.min(self.max_transfer);
         let file = open_beneath(&self.root, &rel).map_err(|e| file_error(&rel, e))?;
         let stat = rustix::fs::fstat(&file).map_err(|e| file_error(&rel, e.into()))?;
         if kind_of(&stat) == FileKind::Dir {
@@ -310,18 +355,17 @@ impl SessionFiles {
                 rel.display()
             )));
         }
-        let mut budget = Budget::new(self.max_transfer);
+        let mut budget = Budget::new(max);
         budget.take(&rel, size(&stat))?;
-        let mut data = Vec::new();
+        let mut data = Vec::with_capacity(usize::try_from(size(&stat)).unwrap_or(0));
         std::fs::File::from(file)
-            .take(self.max_transfer.saturating_add(1))
+            .take(max.saturating_add(1))
             .read_to_end(&mut data)
             .map_err(|e| file_error(&rel, e))?;
-        if data.len() as u64 > self.max_transfer {
+        if data.len() as u64 > max {
             return Err(Error::invalid(format!(
-                "too large: {} grew past the session's max_transfer ({} bytes) while read",
+                "too large: {} grew past {max} bytes while read",
                 rel.display(),
-                self.max_transfer
             )));
         }
         Ok(data)
@@ -534,7 +578,17 @@ impl SessionFiles {
             return Ok(());
         }
         self.removed = true;
-        clear_dir(&self.root)
+        let cleared = if self.bounded.is_some() {
+            // The tmpfs goes with its contents; nothing of it is left on the host's disk.
+            rustix::mount::unmount(
+                &self.root_path,
+                rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+            )
+            .map_err(io::Error::from)
+        } else {
+            clear_dir(&self.root)
+        };
+        cleared
             .and_then(|()| std::fs::remove_dir_all(&self.base))
             .map_err(|e| Error::internal(format!("removing {}", self.base.display()), e))
     }
@@ -544,6 +598,27 @@ impl Drop for SessionFiles {
     fn drop(&mut self) {
         if let Err(e) = self.remove_all() {
             tracing::warn!(error = %e, "session directory left behind");
+        }
+    }
+}
+
+/// Mounts a tmpfs of `bytes` on `dir` (not following a link there); its size when done,
+/// `None` when this process may not mount (not root, or a container without the right).
+fn mount_bound(dir: &Path, bytes: u64) -> Option<u64> {
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let inodes = (bytes / 4096).max(1024);
+    let Ok(data) = std::ffi::CString::new(format!("size={bytes},nr_inodes={inodes},mode=0755"))
+    else {
+        return None;
+    };
+    let flags = rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV;
+    match rustix::mount::mount("strata-session", dir, "tmpfs", flags, data.as_c_str()) {
+        Ok(()) => Some(bytes),
+        Err(e) => {
+            tracing::warn!(error = %e, dir = %dir.display(), "session directory not size-limited");
+            None
         }
     }
 }

@@ -33,6 +33,11 @@ pub struct Outcome {
     pub cancelled: bool,
     /// The helper missed the deadline and the host killed it.
     pub backstop_killed: bool,
+    /// A memory-pressure trigger watched the run.
+    pub memory_watched: bool,
+    /// The memory-pressure trigger fired: the run was ended as thrashing at its memory
+    /// limit.
+    pub thrashed: bool,
     /// Wall time of the whole run.
     pub duration: Duration,
     /// The helper, still to be reaped: the run is over once the tool's processes are gone
@@ -169,6 +174,13 @@ pub struct CpuWatch<'a> {
     pub limit_us: u64,
 }
 
+/// A memory-pressure trigger of the run's cgroup ([`crate::cgroup::RunCgroup::memory_pressure_trigger`]):
+/// when it fires the run is ended as the memory limit.
+pub struct MemoryWatch<'a> {
+    /// The trigger's descriptor (`POLLPRI` when it fires).
+    pub trigger: &'a OwnedFd,
+}
+
 /// How often the CPU counter is read while a run is going.
 const CPU_CHECK: Duration = Duration::from_millis(100);
 
@@ -183,6 +195,7 @@ pub fn run(
     stdin: Input<'_>,
     output_limit: u64,
     cpu: Option<CpuWatch<'_>>,
+    memory: Option<MemoryWatch<'_>>,
     ctx: &RunContext,
 ) -> Result<Outcome> {
     let start = Instant::now();
@@ -245,7 +258,10 @@ pub fn run(
             which: Stream::Stderr,
         },
     ];
-    let mut outcome = Outcome::default();
+    let mut outcome = Outcome {
+        memory_watched: memory.is_some(),
+        ..Outcome::default()
+    };
     let mut events = FrameBuffer::default();
     let mut control_open = true;
     let mut exited = false;
@@ -292,8 +308,21 @@ pub fn run(
             feed.pipe_poll(),
             pollfd(Some(wake_r.as_raw_fd()), libc::POLLIN),
             feed.source_poll(),
+            pollfd(
+                memory
+                    .as_ref()
+                    .filter(|_| !kill_sent)
+                    .map(|m| m.trigger.as_raw_fd()),
+                libc::POLLPRI,
+            ),
         ];
         sys::poll(&mut fds, timeout).map_err(internal("poll"))?;
+        if fds[6].revents & libc::POLLPRI != 0 && !kill_sent {
+            // Every task of the run stalled on memory (thrashing at the limit).
+            send_kill(EndReason::Memory);
+            kill_sent = true;
+            outcome.thrashed = true;
+        }
         if let Some(watch) = &cpu {
             if !kill_sent && (watch.usage_us)().is_some_and(|used| used >= watch.limit_us) {
                 send_kill(EndReason::Cpu);

@@ -10,6 +10,8 @@ use sandbox_core::{
     Tool,
 };
 
+use sandbox_os::private::PrivateDir;
+
 use crate::artifacts::GuestArtifacts;
 use crate::grants::{self, Prepared};
 use crate::inner;
@@ -41,6 +43,12 @@ const FIXED_DISKS: usize = 2;
 /// Smallest guest RAM: the Debian cloud kernel does not boot in 64 MiB, 72 MiB is measured
 /// to work; 128 MiB leaves room for the tool.
 pub const MIN_GUEST_MIB: u64 = 128;
+
+/// Guest RAM added to the run's memory limit when the layer inside runs: the guest kernel,
+/// the agent and the layer inside live there, while the layer's cgroup holds the tool to
+/// the limit itself. Without it the tool could use the guest's last page before its cgroup
+/// limit, and the guest's OOM killer then found nothing it may kill.
+pub const LAYER_OVERHEAD_MIB: u64 = 96;
 
 /// Default time from VMM start to the agent's `ready`: 60 s (TCG boots in 2–5 s here; a
 /// loaded CI machine can be much slower).
@@ -214,7 +222,8 @@ impl MicrovmBackend {
     /// As a run's setup: missing guest, a snapshot that cannot be made.
     pub fn prewarm(&self, caps: &Caps) -> Result<usize> {
         let artifacts = self.artifacts()?;
-        let plan = plan(caps, Strictness::BestEffort, true)?;
+        let layered = self.layers && artifacts.inner.is_some();
+        let plan = plan(caps, Strictness::BestEffort, layered)?;
         let shape = Shape {
             memory_mib: plan.memory_mib,
             vcpus: plan.vcpus,
@@ -255,6 +264,8 @@ impl MicrovmBackend {
         let mut run = sandbox_os::RunEgress::register(host, &caps.net, &caps.limits)?;
         let socket = dir.join("egress.sock");
         let listener = std::os::unix::net::UnixListener::bind(&socket)
+            .map_err(|e| Error::setup("microvm: egress socket", e))?;
+        sandbox_os::private::restrict(&socket)
             .map_err(|e| Error::setup("microvm: egress socket", e))?;
         run.attach_unix(host, listener)?;
         Ok(VmEgress {
@@ -342,7 +353,10 @@ impl MicrovmBackend {
     fn store() -> PathBuf {
         match probe::state_dir() {
             Some(dir) => dir.join("microvm-snapshots"),
-            None => std::env::temp_dir().join("strata-microvm-snapshots"),
+            None => std::env::temp_dir().join(format!(
+                "strata-microvm-snapshots-{}",
+                rustix::process::geteuid().as_raw()
+            )),
         }
     }
 
@@ -422,7 +436,7 @@ impl MicrovmBackend {
             // QEMU locks the images it writes: each slot gets its own empty sparse file.
             for (i, disk) in config.disks.iter_mut().skip(FIXED_DISKS).enumerate() {
                 let slot = snap.dir.join(format!("slot{i}.img"));
-                std::fs::File::create(&slot)
+                sandbox_os::private::create(&slot)
                     .and_then(|f| f.set_len(grants::SLOT_CAPACITY))
                     .map_err(|e| Error::setup("microvm: placeholder disk", e))?;
                 disk.path = slot;
@@ -574,17 +588,12 @@ impl RunDisks {
 
 /// A run's private directory, naming this process as its owner; the first call of a
 /// process sweeps directories of dead embedders ([`crate::leftovers`]).
-fn private_dir() -> std::io::Result<tempfile::TempDir> {
+fn private_dir() -> std::io::Result<PrivateDir> {
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| {
         crate::leftovers::sweep(&std::env::temp_dir());
     });
-    let dir = tempfile::Builder::new().prefix("strata-vm-").tempdir()?;
-    std::fs::write(
-        dir.path().join(crate::leftovers::OWNER_FILE),
-        crate::leftovers::this_process(),
-    )?;
-    Ok(dir)
+    crate::leftovers::run_dir()
 }
 
 /// 64 bytes of host randomness for the guest RNG.
@@ -624,7 +633,12 @@ fn argv_for(tool: &Tool, layered: bool) -> Result<Vec<String>> {
 
 /// What the caps ask of this backend, checked before anything boots.
 struct Plan {
+    /// Guest RAM.
     memory_mib: u64,
+    /// The tool's memory limit (what the layer inside applies; the guest RAM without it).
+    tool_mib: u64,
+    /// Whether the layer inside runs (and keeps the tool to `tool_mib`).
+    layered: bool,
     vcpus: u32,
     gaps: Vec<(Capability, String)>,
 }
@@ -699,7 +713,9 @@ fn plan(caps: &Caps, strictness: Strictness, layered: bool) -> Result<Plan> {
         ));
     }
     Ok(Plan {
-        memory_mib,
+        memory_mib: memory_mib + if layered { LAYER_OVERHEAD_MIB } else { 0 },
+        tool_mib: memory_mib,
+        layered,
         vcpus,
         gaps,
     })
@@ -965,6 +981,13 @@ impl Backend for MicrovmBackend {
                 Capability::Output,
                 format!("output cap {} reached; the tool was killed", limits.output),
             ),
+            Some(LimitKind::Memory) => receipt.deny(
+                Capability::Memory,
+                format!(
+                    "the guest's {} MiB ran out; its OOM killer ended the tool",
+                    plan.memory_mib
+                ),
+            ),
             _ => {}
         }
         let stdout_truncated =
@@ -1203,10 +1226,17 @@ impl MicrovmBackend {
             Capability::Memory,
             Mechanism::Vm,
             "guest RAM",
-            format!(
-                "{} MiB (guest kernel and initramfs included)",
-                plan.memory_mib
-            ),
+            if plan.layered {
+                format!(
+                    "{} MiB: the tool's {} MiB, held by the layer inside the guest, and {LAYER_OVERHEAD_MIB} MiB for the guest kernel, the agent and that layer",
+                    plan.memory_mib, plan.tool_mib
+                )
+            } else {
+                format!(
+                    "{} MiB (guest kernel and initramfs included); the guest's OOM killer takes the tool first, never the agent",
+                    plan.memory_mib
+                )
+            },
         );
         receipt.enforce(
             Capability::Cpu,

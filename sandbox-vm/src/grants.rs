@@ -1,6 +1,7 @@
-//! Host directories granted to a VM: each travels as an ext4 disk image built from the
-//! directory (`mke2fs -d`, reading it through a descriptor opened without following
-//! symbolic links), attached as a virtio block device. A read-only grant's image is opened
+//! Host directories granted to a VM: each travels as an ext4 disk image built from a
+//! private copy of the directory (made through descriptors opened without following
+//! symbolic links, see [`build_image`]), attached as a virtio block device; run
+//! directories, images and archives are the embedder's alone (0700/0600). A read-only grant's image is opened
 //! `readonly=on` by the VMM, so nothing the guest does (root remounting it read-write
 //! included) writes it, and the host directory is never touched. A read-write grant's image
 //! is the run's private copy; after the tool ends the agent sends the tree back as a tar
@@ -178,10 +179,22 @@ fn open_grant(mount: &Mount) -> Result<OwnedFd> {
 
 /// Builds an ext4 image at `image` of the directory open as `root` (named `host` in
 /// errors), with `headroom` free bytes; returns the bytes copied and the image size.
+///
+/// The tree is first copied through descriptors into a private directory beside the image
+/// ([`sandbox_os::tree_copy`]: nothing is opened by path, no link is followed, an entry
+/// swapped for a link while copying is skipped), and `mke2fs -d` reads only that copy,
+/// which no tool can reach; the copy is removed once the image is built. `mke2fs` walking
+/// the grant itself would open by path what a concurrent run of the same folder had just
+/// swapped for a link to a root-only host file.
 fn build_image(root: &OwnedFd, host: &Path, image: &Path, headroom: u64) -> Result<(u64, u64)> {
     let mke2fs = find_mke2fs()?;
-    let (bytes, entries) = measure(root)
-        .map_err(|e| Error::setup(format!("microvm: reading {}", host.display()), e))?;
+    let parent = image.parent().unwrap_or(Path::new("."));
+    let tree = sandbox_os::private::PrivateDir::new_in(parent, "tree-")
+        .map_err(|e| Error::setup("microvm: a private copy of a grant", e))?;
+    let copied = sandbox_os::tree_copy::copy_tree(root, tree.path(), SLOT_CAPACITY)
+        .map_err(|e| Error::setup(format!("microvm: copying {}", host.display()), e))?;
+    // Devices, FIFOs, sockets and entries that changed while copying are left out.
+    let (bytes, entries) = (copied.bytes, copied.entries);
     let size = (bytes + bytes / 4 + entries * 4096 + (8 << 20) + headroom)
         .min(SLOT_CAPACITY)
         .next_multiple_of(1 << 20);
@@ -192,16 +205,14 @@ fn build_image(root: &OwnedFd, host: &Path, image: &Path, headroom: u64) -> Resu
         )));
     }
     let inodes = entries + entries / 4 + 256 + if headroom > 0 { 65536 } else { 0 };
-    // mke2fs reads the directory this process opened (its own /proc/self is another).
-    let source = format!(
-        "/proc/{}/fd/{}",
-        std::process::id(),
-        rustix::fd::AsRawFd::as_raw_fd(root)
-    );
+    // The image exists (0600) before mke2fs writes it, so it is never readable by others.
+    sandbox_os::private::create(image)
+        .map_err(|e| Error::setup(format!("microvm: creating {}", image.display()), e))?;
     let out = Command::new(&mke2fs)
         .args(["-q", "-F", "-t", "ext4", "-O", "^has_journal,^resize_inode"])
         .args(["-m", "0", "-E", "root_owner=0:0,lazy_itable_init=1"])
-        .args(["-N", &inodes.to_string(), "-d", &source])
+        .args(["-N", &inodes.to_string(), "-d"])
+        .arg(tree.path())
         .arg(image)
         .arg(format!("{}k", size / 1024))
         .env_clear()
@@ -213,6 +224,7 @@ fn build_image(root: &OwnedFd, host: &Path, image: &Path, headroom: u64) -> Resu
             std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
         ));
     }
+    drop(tree);
     Ok((bytes, size))
 }
 
@@ -237,36 +249,6 @@ pub fn input_disk(host: &Path, dir: &Path) -> Result<Disk> {
         read_only: true,
         serial: input_serial(),
     })
-}
-
-/// Bytes of regular files and the number of entries beneath `root` (not following links).
-fn measure(root: &OwnedFd) -> std::io::Result<(u64, u64)> {
-    let mut bytes = 0u64;
-    let mut entries = 0u64;
-    let mut stack = vec![rustix::io::fcntl_dupfd_cloexec(root, 0)?];
-    while let Some(dir) = stack.pop() {
-        for entry in rustix::fs::Dir::read_from(&dir)? {
-            let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            entries += 1;
-            let stat = rustix::fs::statat(&dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)?;
-            let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
-            if kind == rustix::fs::FileType::RegularFile {
-                bytes += stat.st_size as u64;
-            } else if kind == rustix::fs::FileType::Directory {
-                stack.push(rustix::fs::openat(
-                    &dir,
-                    entry.file_name(),
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?);
-            }
-        }
-    }
-    Ok((bytes, entries))
 }
 
 /// Writes the guest's tree (a tar stream in `archive`) into the grant's host directory

@@ -33,6 +33,17 @@ fn alive(owner: &str) -> bool {
     start_time(pid).is_some_and(|s| s == start)
 }
 
+/// A new private run directory `$TMPDIR/strata-vm-*` (0700) naming this process as its
+/// owner (in an owner-only file).
+///
+/// # Errors
+/// When it cannot be made.
+pub fn run_dir() -> std::io::Result<sandbox_os::private::PrivateDir> {
+    let dir = sandbox_os::private::PrivateDir::new("strata-vm-")?;
+    sandbox_os::private::write(&dir.path().join(OWNER_FILE), this_process())?;
+    Ok(dir)
+}
+
 /// Removes the `strata-vm-*` directories under `tmp` whose owner is gone; returns how many.
 /// Directories without an owner file (another user's, or being created) are left alone.
 pub fn sweep(tmp: &Path) -> usize {
@@ -54,11 +65,45 @@ pub fn sweep_prefix(tmp: &Path, prefix: &str) -> usize {
         let Ok(owner) = std::fs::read_to_string(entry.path().join(OWNER_FILE)) else {
             continue;
         };
-        if !alive(&owner) && std::fs::remove_dir_all(entry.path()).is_ok() {
+        if alive(&owner) || !ours(&entry.path()) {
+            continue;
+        }
+        unmount_beneath(&entry.path());
+        if std::fs::remove_dir_all(entry.path()).is_ok() {
             removed += 1;
         }
     }
     removed
+}
+
+/// Whether `dir` is a real directory of this user's.
+fn ours(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == rustix::process::geteuid().as_raw())
+}
+
+/// Unmounts what a dead embedder mounted on the directories directly in `dir` (a
+/// session's size-limited tmpfs on `root`), so removing `dir` cannot fail on a busy mount.
+fn unmount_beneath(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(top) = std::fs::symlink_metadata(dir) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if meta.file_type().is_dir() && meta.dev() != top.dev() {
+            let _ = rustix::mount::unmount(
+                entry.path().as_path(),
+                rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub struct Pooled {
     /// The running VM.
     pub vm: Box<dyn VmInstance>,
     /// Its private directory (sockets), removed when the run ends.
-    pub dir: tempfile::TempDir,
+    pub dir: sandbox_os::private::PrivateDir,
     /// What it was restored as.
     pub shape: Shape,
     /// The snapshot state it was restored from.
@@ -155,15 +155,7 @@ pub fn restore(
     ready_timeout: std::time::Duration,
     make_config: impl FnOnce(&std::path::Path) -> Option<VmConfig>,
 ) -> Option<Pooled> {
-    let dir = tempfile::Builder::new()
-        .prefix("strata-vm-")
-        .tempdir()
-        .ok()?;
-    std::fs::write(
-        dir.path().join(crate::leftovers::OWNER_FILE),
-        crate::leftovers::this_process(),
-    )
-    .ok()?;
+    let dir = crate::leftovers::run_dir().ok()?;
     let config = make_config(dir.path())?;
     let state = config.incoming.clone()?;
     let mut vm = vmm.start(&config).ok()?;

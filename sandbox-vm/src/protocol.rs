@@ -243,6 +243,9 @@ pub enum GuestLimit {
     Wall,
     /// The output cap.
     Output,
+    /// The guest ran out of memory and its OOM killer ended the tool (the guest's RAM is
+    /// the run's memory limit; the agent and the layer inside are never its first pick).
+    Memory,
 }
 
 /// Why bytes are not a valid frame.

@@ -263,6 +263,12 @@ impl Vmm for Qemu {
             .map_err(|e| Error::setup("microvm: agent socket", e))?;
         let qmp_listener =
             UnixListener::bind(&qmp_sock).map_err(|e| Error::setup("microvm: QMP socket", e))?;
+        // Owner-only, like everything in the run's directory (the VMM, jailed or not,
+        // connects as the embedder's files' owner).
+        for sock in [&agent_sock, &qmp_sock] {
+            sandbox_os::private::restrict(sock)
+                .map_err(|e| Error::setup("microvm: socket permissions", e))?;
+        }
         let console = Arc::new(Mutex::new(Tail::new(config.console_cap)));
         let stderr_tail = Arc::new(Mutex::new(Tail::new(16 * 1024)));
         let mut drains = Vec::new();

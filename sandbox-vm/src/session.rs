@@ -290,6 +290,7 @@ pub fn exit_status(ending: &Ending, program: &str) -> Result<(ExitStatus, Option
             let limit = match limit {
                 GuestLimit::Wall => LimitKind::Wall,
                 GuestLimit::Output => LimitKind::Output,
+                GuestLimit::Memory => LimitKind::Memory,
             };
             (
                 ExitStatus::Limit {
@@ -318,7 +319,7 @@ fn receive_archives(
 ) -> Result<Vec<Archive>> {
     let mut files = Vec::new();
     for target in targets {
-        let file = std::fs::File::create(&target.path)
+        let file = sandbox_os::private::create(&target.path)
             .map_err(|e| Error::setup("microvm: archive file", e))?;
         files.push((file, 0u64, None::<String>, false));
     }

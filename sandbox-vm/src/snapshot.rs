@@ -103,8 +103,9 @@ pub fn get_or_make(
     if done.complete() {
         return Ok(done);
     }
-    std::fs::create_dir_all(store).map_err(|e| Error::setup("microvm: snapshot store", e))?;
-    let lock = std::fs::File::create(store.join(format!("{key}.lock")))
+    sandbox_os::private::create_dir_all(store)
+        .map_err(|e| Error::setup("microvm: snapshot store", e))?;
+    let lock = sandbox_os::private::create(&store.join(format!("{key}.lock")))
         .map_err(|e| Error::setup("microvm: snapshot lock", e))?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| Error::setup("microvm: snapshot lock", e.into()))?;
@@ -114,9 +115,9 @@ pub fn get_or_make(
     let _ = std::fs::remove_dir_all(&done.dir);
     let building = Snapshot::at(store.join(format!("{key}.building")));
     let _ = std::fs::remove_dir_all(&building.dir);
-    std::fs::create_dir_all(&building.dir)
+    sandbox_os::private::create_dir_all(&building.dir)
         .map_err(|e| Error::setup("microvm: snapshot directory", e))?;
-    let placeholder = std::fs::File::create(&building.placeholder)
+    let placeholder = sandbox_os::private::create(&building.placeholder)
         .map_err(|e| Error::setup("microvm: placeholder disk", e))?;
     placeholder
         .set_len(crate::grants::SLOT_CAPACITY)

@@ -950,3 +950,161 @@ fn streamed_stdin_reaches_the_tool_while_it_runs() {
     );
     assert_eq!(out.status, ExitStatus::Exited { code: 0 });
 }
+
+/// The run directories of this process (their owner file names it).
+fn my_run_dirs() -> Vec<PathBuf> {
+    let me = sandbox_vm::leftovers::this_process();
+    strata_vm_dirs()
+        .into_iter()
+        .filter(|d| std::fs::read_to_string(d.join("owner")).is_ok_and(|o| o == me))
+        .collect()
+}
+
+/// Round 3: `$TMPDIR/strata-vm-*` was 0755 and the grant images in it 0644, so any local
+/// user could read a root-only granted folder's contents while a run went on. Every run
+/// directory is 0700 and everything in it 0600; another uid cannot read a grant's image.
+#[test]
+fn microvm_run_files_are_private_to_the_embedder() {
+    use std::os::unix::process::CommandExt;
+    let _turn = turn();
+    let backend = backend();
+    let ro = grant_dir("private-ro");
+    std::fs::write(ro.path().join("secret.txt"), "root-only-contents").expect("write");
+    let rw = grant_dir("private-rw");
+    let caps = Caps::new()
+        .mount(ro.path(), "/ro", sandbox_core::Access::ReadOnly)
+        .mount(rw.path(), "/rw", sandbox_core::Access::ReadWrite);
+    let runner = std::thread::spawn(move || {
+        backend.run(
+            &sh("cat /ro/secret.txt; echo out > /rw/out.txt; sleep 4"),
+            &caps,
+            &RunContext::default(),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut checked = 0;
+    while Instant::now() < deadline && !runner.is_finished() {
+        for dir in my_run_dirs() {
+            let images: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "ext4"))
+                .collect();
+            if images.is_empty() {
+                continue;
+            }
+            let wide = sandbox_os::private::wider_than_private(&dir).unwrap_or_default();
+            assert!(wide.is_empty(), "wider than private: {wide:?}");
+            if is_root() {
+                for image in &images {
+                    let out = Command::new("cat")
+                        .arg(image)
+                        .uid(65534)
+                        .gid(65534)
+                        .output()
+                        .expect("cat as nobody");
+                    assert!(!out.status.success(), "nobody read {}", image.display());
+                }
+            }
+            checked += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = runner.join().expect("runner").expect("run");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "root-only-contents");
+    assert!(
+        checked > 0,
+        "no run directory with images was seen while the run went on"
+    );
+    if !is_root() {
+        eprintln!("NOTE: not root: modes checked, the read from another uid is skipped");
+    }
+    assert!(my_run_dirs().is_empty(), "left behind: {:?}", my_run_dirs());
+}
+
+/// Round 3: a concurrent run with the same folder read-write swaps a file of a read-only
+/// grant for a symlink to a root-only host file while the grant's image is built; the VM
+/// must never see that file's contents (the image is built from a private copy made
+/// through descriptors, so at worst it holds the link itself).
+#[test]
+fn a_grant_file_swapped_for_a_link_to_a_root_only_file_never_reaches_the_guest() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _turn = turn();
+    let backend = backend();
+    let secret_dir = grant_dir("secret");
+    let secret = secret_dir.path().join("shadow");
+    std::fs::write(&secret, "TOP-SECRET-CANARY").expect("write");
+    let grant = grant_dir("swapped");
+    let root = grant.path().to_path_buf();
+    std::fs::write(root.join("f"), "plain").expect("write");
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (stop, root, secret) = (stop.clone(), root.clone(), secret.clone());
+        std::thread::spawn(move || {
+            let mut linked = false;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::fs::remove_file(root.join("f"));
+                if linked {
+                    let _ = std::fs::write(root.join("f"), "plain");
+                } else {
+                    let _ = std::os::unix::fs::symlink(&secret, root.join("f"));
+                }
+                linked = !linked;
+            }
+        })
+    };
+    let caps = Caps::new().mount(&root, "/data", sandbox_core::Access::ReadOnly);
+    for _ in 0..4 {
+        let out = backend
+            .run(&sh("cat /data/f 2>&1; true"), &caps, &RunContext::default())
+            .expect("run");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!stdout.contains("TOP-SECRET"), "the guest read {stdout}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().expect("swapper");
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Round 3: a tool past `--memory 256M` ended as `internal: the sandbox inside the guest
+/// reported nothing` (exit 125): the guest's OOM killer took the layer inside. The agent
+/// and the layer inside are never its first pick, and the run ends with the typed memory
+/// limit, with and without the layer inside.
+#[test]
+fn a_memory_bomb_in_the_guest_ends_at_the_memory_limit() {
+    let _turn = turn();
+    let bomb = "x = []\nwhile True:\n    x.append(bytearray(16 << 20))\n";
+    for (name, backend) in [("layered", backend()), ("plain", backend().layers(false))] {
+        let mut caps = Caps::new();
+        caps.limits.memory = ByteSize::mib(256);
+        let out = backend
+            .run(
+                &Tool::script(ScriptLanguage::Python, bomb),
+                &caps,
+                &RunContext::default(),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            out.limit(),
+            Some(LimitKind::Memory),
+            "{name}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.cli_exit_code(), 137, "{name}");
+        assert!(
+            out.receipt
+                .denials
+                .iter()
+                .any(|d| d.capability == Capability::Memory),
+            "{name}: {}",
+            out.receipt
+        );
+    }
+}

@@ -5,8 +5,13 @@
 //! wrapped in turn).
 //!
 //! Semantics: `disk` caps the bytes written into files during the run (data written plus
-//! growth by `set-size`; overwrites count, deletions do not refund); `file_size` caps the
-//! size any write may give a file. A refused write fails with `ENOSPC` / `EFBIG`
+//! growth by `set-size`; overwrites count, deletions do not refund) plus [`ENTRY_COST`] for
+//! every file, directory, symbolic link or hard link the run creates (preview 1
+//! `path_open` with `O_CREAT` of a new file, `path_create_directory`, `path_symlink`,
+//! `path_link`; preview 2 `open-at` creating, `create-directory-at`, `symlink-at`,
+//! `link-at`), so a flood of empty entries or long link targets, which take disk blocks
+//! without a byte written, is held to the same limit; `file_size` caps the size any write
+//! may give a file. A refused write fails with `ENOSPC` / `EFBIG`
 //! (`insufficient-space` / `file-too-large`) and is recorded, so a run that then fails is
 //! reported as ending at the disk or file-size limit.
 
@@ -19,7 +24,9 @@ use wasmtime::{AsContextMut, Caller, Extern, Linker, StoreContextMut};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p1::types as p1t;
 use wasmtime_wasi::p1::wasi_snapshot_preview1::{self as p1, WasiSnapshotPreview1};
-use wasmtime_wasi::p2::bindings::filesystem::types::{ErrorCode, HostDescriptor};
+use wasmtime_wasi::p2::bindings::filesystem::types::{
+    DescriptorFlags, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
+};
 use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
 use wiggle::GuestMemory;
 
@@ -27,6 +34,10 @@ use crate::state::State;
 
 /// The wasi:filesystem/types instance wasmtime-wasi defines (its bundled WIT version).
 pub(crate) const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+
+/// What creating one directory entry (file, directory, link) costs against the disk
+/// limit: one block, which is what a directory or a link target up to 4 KiB takes.
+pub(crate) const ENTRY_COST: u64 = 4096;
 
 /// Which quota refused a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +88,11 @@ impl DiskMeter {
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    /// Reserves [`ENTRY_COST`] for an entry about to be created.
+    pub(crate) fn admit_entry(&self) -> Result<(), Refusal> {
+        self.admit(ENTRY_COST, 0)
     }
 
     /// Returns the part of a reservation that was not written.
@@ -263,7 +279,130 @@ async fn p1_set_size(mut caller: Caller<'_, State>, fd: i32, size: i64) -> wasmt
     Ok(rc)
 }
 
-/// Replaces the preview 1 functions that grow files with metered versions.
+/// Which preview 1 call creates an entry.
+enum P1Create {
+    Dir {
+        fd: i32,
+        path: (i32, i32),
+    },
+    Symlink {
+        old: (i32, i32),
+        fd: i32,
+        new: (i32, i32),
+    },
+    Link {
+        old_fd: i32,
+        flags: i32,
+        old: (i32, i32),
+        new_fd: i32,
+        new: (i32, i32),
+    },
+}
+
+/// `path_create_directory`, `path_symlink` and `path_link`, each charged [`ENTRY_COST`]
+/// before it runs (refunded when it fails).
+async fn p1_create(mut caller: Caller<'_, State>, call: P1Create) -> wasmtime::Result<i32> {
+    let Some(memory) = memory_of(&mut caller) else {
+        wasmtime::bail!("missing required memory export");
+    };
+    let fuel = caller.as_context_mut().hostcall_fuel();
+    let (mem, state) = memory.data_and_store_mut(&mut caller);
+    state.wasi.set_hostcall_fuel(fuel);
+    let meter = Arc::clone(&state.meter);
+    if let Err(refusal) = meter.admit_entry() {
+        return Ok(p1_refusal(refusal));
+    }
+    let mut gm = GuestMemory::Unshared(mem);
+    let wasi = &mut state.wasi;
+    let rc = match call {
+        P1Create::Dir { fd, path } => {
+            p1::path_create_directory(wasi, &mut gm, fd, path.0, path.1).await?
+        }
+        P1Create::Symlink { old, fd, new } => {
+            p1::path_symlink(wasi, &mut gm, old.0, old.1, fd, new.0, new.1).await?
+        }
+        P1Create::Link {
+            old_fd,
+            flags,
+            old,
+            new_fd,
+            new,
+        } => {
+            p1::path_link(
+                wasi, &mut gm, old_fd, flags, old.0, old.1, new_fd, new.0, new.1,
+            )
+            .await?
+        }
+    };
+    if rc != 0 {
+        meter.refund(ENTRY_COST);
+    }
+    Ok(rc)
+}
+
+/// `path_open`: with `O_CREAT` on a path that does not exist yet, charged [`ENTRY_COST`].
+#[allow(clippy::too_many_arguments)]
+async fn p1_open(
+    mut caller: Caller<'_, State>,
+    fd: i32,
+    dirflags: i32,
+    path: (i32, i32),
+    oflags: i32,
+    rights: (i64, i64),
+    fdflags: i32,
+    result_ptr: i32,
+) -> wasmtime::Result<i32> {
+    let Some(memory) = memory_of(&mut caller) else {
+        wasmtime::bail!("missing required memory export");
+    };
+    let fuel = caller.as_context_mut().hostcall_fuel();
+    let (mem, state) = memory.data_and_store_mut(&mut caller);
+    state.wasi.set_hostcall_fuel(fuel);
+    let meter = Arc::clone(&state.meter);
+    let mut gm = GuestMemory::Unshared(mem);
+    let creates = (oflags as u16) & p1t::Oflags::CREAT.bits() != 0;
+    let mut reserved = false;
+    if creates {
+        let name = wiggle::GuestPtr::<str>::new((path.0 as u32, path.1 as u32));
+        let exists = state
+            .wasi
+            .path_filestat_get(
+                &mut gm,
+                p1t::Fd::from(fd as u32),
+                p1t::Lookupflags::empty(),
+                name,
+            )
+            .await;
+        // Any failure to stat may be a creation: charged, and refunded if the open fails.
+        if exists.is_err() {
+            if let Err(refusal) = meter.admit_entry() {
+                return Ok(p1_refusal(refusal));
+            }
+            reserved = true;
+        }
+    }
+    let rc = p1::path_open(
+        &mut state.wasi,
+        &mut gm,
+        fd,
+        dirflags,
+        path.0,
+        path.1,
+        oflags,
+        rights.0,
+        rights.1,
+        fdflags,
+        result_ptr,
+    )
+    .await?;
+    if reserved && rc != 0 {
+        meter.refund(ENTRY_COST);
+    }
+    Ok(rc)
+}
+
+/// Replaces the preview 1 functions that grow files or create entries with metered
+/// versions.
 pub(crate) fn shim_p1(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     const M: &str = "wasi_snapshot_preview1";
     linker.allow_shadowing(true);
@@ -285,6 +424,73 @@ pub(crate) fn shim_p1(linker: &mut Linker<State>) -> wasmtime::Result<()> {
         M,
         "fd_filestat_set_size",
         |caller: Caller<'_, State>, (fd, size): (i32, i64)| Box::new(p1_set_size(caller, fd, size)),
+    )?;
+    linker.func_wrap_async(
+        M,
+        "path_create_directory",
+        |caller: Caller<'_, State>, (fd, ptr, len): (i32, i32, i32)| {
+            Box::new(p1_create(
+                caller,
+                P1Create::Dir {
+                    fd,
+                    path: (ptr, len),
+                },
+            ))
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        "path_symlink",
+        |caller: Caller<'_, State>, (op, ol, fd, np, nl): (i32, i32, i32, i32, i32)| {
+            let call = P1Create::Symlink {
+                old: (op, ol),
+                fd,
+                new: (np, nl),
+            };
+            Box::new(p1_create(caller, call))
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        "path_link",
+        |caller: Caller<'_, State>,
+         (old_fd, flags, op, ol, new_fd, np, nl): (i32, i32, i32, i32, i32, i32, i32)| {
+            let call = P1Create::Link {
+                old_fd,
+                flags,
+                old: (op, ol),
+                new_fd,
+                new: (np, nl),
+            };
+            Box::new(p1_create(caller, call))
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        "path_open",
+        |caller: Caller<'_, State>,
+         (fd, dirflags, ptr, len, oflags, base, inheriting, fdflags, out): (
+            i32,
+            i32,
+            i32,
+            i32,
+            i32,
+            i64,
+            i64,
+            i32,
+            i32,
+        )| {
+            Box::new(p1_open(
+                caller,
+                fd,
+                dirflags,
+                (ptr, len),
+                oflags,
+                (base, inheriting),
+                fdflags,
+                out,
+            ))
+        },
     )?;
     linker.allow_shadowing(false);
     Ok(())
@@ -364,6 +570,98 @@ async fn p2_set_size(
     fs_result(r)
 }
 
+/// Charges [`ENTRY_COST`] for an entry `create` makes, refunded when it fails.
+async fn p2_entry<T>(
+    meter: &DiskMeter,
+    create: impl std::future::Future<Output = Result<T, wasmtime_wasi::p2::FsError>>,
+) -> FsReturn<T> {
+    if let Err(refusal) = meter.admit_entry() {
+        return Ok((Err(p2_refusal(refusal)),));
+    }
+    let r = create.await;
+    if r.is_err() {
+        meter.refund(ENTRY_COST);
+    }
+    fs_result(r)
+}
+
+async fn p2_create_directory(
+    mut store: StoreContextMut<'_, State>,
+    fd: Resource<Descriptor>,
+    path: String,
+) -> FsReturn<()> {
+    let state = store.data_mut();
+    let meter = Arc::clone(&state.meter);
+    let mut view = state.filesystem();
+    p2_entry(
+        &meter,
+        HostDescriptor::create_directory_at(&mut view, fd, path),
+    )
+    .await
+}
+
+async fn p2_symlink(
+    mut store: StoreContextMut<'_, State>,
+    fd: Resource<Descriptor>,
+    old: String,
+    new: String,
+) -> FsReturn<()> {
+    let state = store.data_mut();
+    let meter = Arc::clone(&state.meter);
+    let mut view = state.filesystem();
+    p2_entry(&meter, HostDescriptor::symlink_at(&mut view, fd, old, new)).await
+}
+
+async fn p2_link(
+    mut store: StoreContextMut<'_, State>,
+    fd: Resource<Descriptor>,
+    flags: PathFlags,
+    old: String,
+    new_fd: Resource<Descriptor>,
+    new: String,
+) -> FsReturn<()> {
+    let state = store.data_mut();
+    let meter = Arc::clone(&state.meter);
+    let mut view = state.filesystem();
+    p2_entry(
+        &meter,
+        HostDescriptor::link_at(&mut view, fd, flags, old, new_fd, new),
+    )
+    .await
+}
+
+/// `open-at`: with `create` on a path that does not exist yet, charged [`ENTRY_COST`].
+async fn p2_open(
+    mut store: StoreContextMut<'_, State>,
+    fd: Resource<Descriptor>,
+    path_flags: PathFlags,
+    path: String,
+    oflags: OpenFlags,
+    flags: DescriptorFlags,
+) -> FsReturn<Resource<Descriptor>> {
+    let state = store.data_mut();
+    let meter = Arc::clone(&state.meter);
+    let mut view = state.filesystem();
+    let mut reserved = false;
+    if oflags.contains(OpenFlags::CREATE) {
+        let parent = Resource::<Descriptor>::new_borrow(fd.rep());
+        let exists =
+            HostDescriptor::stat_at(&mut view, parent, PathFlags::empty(), path.clone()).await;
+        // Any failure to stat may be a creation: charged, and refunded if the open fails.
+        if exists.is_err() {
+            if let Err(refusal) = meter.admit_entry() {
+                return Ok((Err(p2_refusal(refusal)),));
+            }
+            reserved = true;
+        }
+    }
+    let r = HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags).await;
+    if reserved && r.is_err() {
+        meter.refund(ENTRY_COST);
+    }
+    fs_result(r)
+}
+
 /// Opens a stream with `open` and, for a writable file, swaps it for a metered stream.
 fn p2_stream(
     mut store: StoreContextMut<'_, State>,
@@ -395,7 +693,8 @@ fn p2_stream(
     Ok((Ok(view.table.push(metered)?),))
 }
 
-/// Replaces the preview 2 functions that grow files with metered versions.
+/// Replaces the preview 2 functions that grow files or create entries with metered
+/// versions.
 pub(crate) fn shim_p2(linker: &mut wasmtime::component::Linker<State>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     {
@@ -424,6 +723,41 @@ pub(crate) fn shim_p2(linker: &mut wasmtime::component::Linker<State>) -> wasmti
             |store: StoreContextMut<'_, State>, (fd,): (Resource<Descriptor>,)| {
                 p2_stream(store, fd, None)
             },
+        )?;
+        types.func_wrap_async(
+            "[method]descriptor.create-directory-at",
+            |store: StoreContextMut<'_, State>, (fd, path): (Resource<Descriptor>, String)| {
+                Box::new(p2_create_directory(store, fd, path))
+            },
+        )?;
+        types.func_wrap_async(
+            "[method]descriptor.symlink-at",
+            |store: StoreContextMut<'_, State>,
+             (fd, old, new): (Resource<Descriptor>, String, String)| {
+                Box::new(p2_symlink(store, fd, old, new))
+            },
+        )?;
+        types.func_wrap_async(
+            "[method]descriptor.link-at",
+            |store: StoreContextMut<'_, State>,
+             (fd, flags, old, new_fd, new): (
+                Resource<Descriptor>,
+                PathFlags,
+                String,
+                Resource<Descriptor>,
+                String,
+            )| { Box::new(p2_link(store, fd, flags, old, new_fd, new)) },
+        )?;
+        types.func_wrap_async(
+            "[method]descriptor.open-at",
+            |store: StoreContextMut<'_, State>,
+             (fd, path_flags, path, oflags, flags): (
+                Resource<Descriptor>,
+                PathFlags,
+                String,
+                OpenFlags,
+                DescriptorFlags,
+            )| { Box::new(p2_open(store, fd, path_flags, path, oflags, flags)) },
         )?;
     }
     linker.allow_shadowing(false);

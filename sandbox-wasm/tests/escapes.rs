@@ -379,6 +379,29 @@ fn file_size_limit_refuses_growth() {
     assert!(std::fs::metadata(dir.path().join("f")).expect("f").len() <= 100 << 10);
 }
 
+/// Round 3: links, directories and empty files take disk blocks without a byte written;
+/// each entry a run creates counts against the disk limit, so a flood of them stops there.
+#[test]
+fn a_symlink_directory_or_empty_file_flood_stops_at_the_disk_limit() {
+    for kind in ["symlink", "mkdir", "touch"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut caps = caps().mount(dir.path(), "/out", Access::ReadWrite);
+        caps.limits.disk = ByteSize::kib(400);
+        let out = run_probe(&["flood", kind, "/out", "100000"], &caps);
+        assert_eq!(
+            out.limit(),
+            Some(LimitKind::Disk),
+            "{kind}: {}",
+            stdout(&out)
+        );
+        let made = std::fs::read_dir(dir.path()).expect("read_dir").count() as u64;
+        assert!(
+            made * 4096 <= 400 << 10,
+            "{kind}: {made} entries made under a 400 KiB limit"
+        );
+    }
+}
+
 #[test]
 fn disk_quota_counts_every_file() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -161,6 +161,29 @@ fn python_disk_quota_applies_to_component_writes() {
     assert!(size <= 256 << 10, "wrote {size} bytes past a 256 KiB quota");
 }
 
+/// Round 3: the same flood through preview 2 (the Python component): symbolic links with
+/// long targets stop at the disk limit.
+#[test]
+fn python_symlink_flood_stops_at_the_disk_limit() {
+    require_interpreters();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut caps = caps().mount(dir.path(), "/out", Access::ReadWrite);
+    caps.limits.disk = ByteSize::kib(256);
+    let code = "import os\nfor i in range(100000):\n    os.symlink('a' * 4000, f'/out/l{i}')\n";
+    let out = run(&python(code), &caps);
+    assert_eq!(
+        out.limit(),
+        Some(LimitKind::Disk),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made = std::fs::read_dir(dir.path()).expect("read_dir").count() as u64;
+    assert!(
+        made * 4096 <= 256 << 10,
+        "{made} links made under a 256 KiB limit"
+    );
+}
+
 #[test]
 fn python_sockets_are_refused_and_the_listener_sees_nothing() {
     require_interpreters();

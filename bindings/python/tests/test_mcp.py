@@ -226,6 +226,39 @@ async def test_a_session_keeps_files_between_runs_and_close_removes_it(
         assert structured(after)["error"]["kind"] == "invalid_request"
 
 
+def peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.asyncio
+async def test_reading_a_file_over_the_cap_is_refused_before_it_is_read(
+    http_server: HttpServer,
+) -> None:
+    """Round 3: twelve concurrent reads of a 60 MiB file took the server from 17 MB to
+    470 MB, because each read the whole file before checking the 16 MiB cap. The size is
+    checked first now: every read is refused and the server's peak memory stays small."""
+    async with Client(http_server.url) as client:
+        sid = structured(await client.call_tool("session_open", {}))["session_id"]
+        made = await client.call_tool(
+            "session_run", {"session_id": sid, "argv": ["sh", "-c", "head -c 62914560 /dev/zero > big"]}
+        )
+        assert not made.is_error, made
+        import asyncio
+
+        reads = await asyncio.gather(
+            *(client.call_tool("session_read_file", {"session_id": sid, "path": "big"}) for _ in range(12))
+        )
+        for read in reads:
+            assert read.is_error
+            error = structured(read)["error"]
+            assert error["kind"] == "invalid_request" and "too large" in error["message"], error
+        peak = peak_rss_kib(http_server.proc.pid)
+        assert peak < 200 * 1024, f"the server peaked at {peak} KiB reading refused files"
+
+
 @pytest.mark.asyncio
 async def test_timeout_ms_only_lowers_the_profiles_timeout(tmp_path: Path, tmpdir_env: Dict[str, str]) -> None:
     profile = write_profile(tmp_path, 'backend = "process"\n[caps]\nlimits = { timeout_ms = 1500 }\n')

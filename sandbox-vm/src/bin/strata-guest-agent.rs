@@ -88,6 +88,9 @@ fn serve_vm() -> ! {
         Ok(file) => file,
         Err(e) => fatal(&format!("dup port: {e}")),
     };
+    // The guest's OOM killer never picks the agent (it would leave the host without a
+    // report); tools are made its first pick (see `run`).
+    oom_score_adj(b"-1000\0");
     // Free the page cache boot filled (zeroed on free: init_on_free=1), so a snapshot
     // taken now skips those pages and every restored VM loads and holds less.
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
@@ -184,7 +187,7 @@ fn serve_one(place: Place, port: &Port, mut reader: Reader) -> bool {
     }
     let mounts = request.mounts.clone();
     let report = request.report.clone();
-    let status = run(port, request, reader, decoder);
+    let status = run(place, port, request, reader, decoder);
     if let Some(report) = report {
         let mut data = std::fs::read(&report).unwrap_or_default();
         data.truncate(MAX_REPORT);
@@ -582,7 +585,7 @@ fn kill_group(pgid: u32) {
     }
 }
 
-fn run(port: &Port, req: RunRequest, reader: Reader, decoder: Decoder) -> GuestExit {
+fn run(place: Place, port: &Port, req: RunRequest, reader: Reader, decoder: Decoder) -> GuestExit {
     let Some((program, args)) = req.argv.split_first() else {
         return GuestExit::SpawnFailed {
             errno: libc::EINVAL,
@@ -606,6 +609,23 @@ fn run(port: &Port, req: RunRequest, reader: Reader, decoder: Decoder) -> GuestE
     unsafe {
         cmd.pre_exec(move || set_rlimits(limits));
     }
+    // In a VM the guest's RAM is the run's memory limit, and the guest's OOM killer must take
+    // the tool, never the agent (-1000 since it started) or the layer inside, which ends its
+    // own tool at its cgroup's limit and reports it: a plain tool is made the first pick, a
+    // run with a report (the layer inside) keeps the agent's -1000 and raises its tool
+    // itself.
+    let first_pick = place == Place::Vm && req.report.is_none();
+    // SAFETY: the closure runs between fork and exec; it only makes open, write and close
+    // system calls on a fixed path (async-signal-safe) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if first_pick {
+                oom_score_adj(b"1000\0");
+            }
+            Ok(())
+        });
+    }
+    let ooms_before = oom_kills();
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -665,8 +685,19 @@ fn run(port: &Port, req: RunRequest, reader: Reader, decoder: Decoder) -> GuestE
             Err(_) => break,
         }
     }
+    let out_of_memory = place == Place::Vm
+        && oom_kills() > ooms_before
+        && (status.and_then(|s| s.signal()) == Some(libc::SIGKILL)
+            || req
+                .report
+                .as_deref()
+                .is_some_and(|r| std::fs::metadata(r).map_or(true, |m| m.len() == 0)));
     if flags.killed.load(Ordering::SeqCst) {
         GuestExit::Killed
+    } else if out_of_memory {
+        GuestExit::Limit {
+            limit: GuestLimit::Memory,
+        }
     } else if flags.output.load(Ordering::SeqCst) {
         GuestExit::Limit {
             limit: GuestLimit::Output,
@@ -685,6 +716,37 @@ fn run(port: &Port, req: RunRequest, reader: Reader, decoder: Decoder) -> GuestE
             None => GuestExit::Exited { code: -1 },
         }
     }
+}
+
+/// Writes `value` (NUL-terminated) to this process's `oom_score_adj`; failures are
+/// ignored (the kernel default then applies). Async-signal-safe.
+fn oom_score_adj(value: &[u8]) {
+    // SAFETY: a NUL-terminated literal path; the buffer outlives the calls; the descriptor
+    // is closed before returning.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            let len = value.len().saturating_sub(1);
+            let _ = libc::write(fd, value.as_ptr().cast(), len);
+            libc::close(fd);
+        }
+    }
+}
+
+/// The guest kernel's count of OOM kills so far (`/proc/vmstat` `oom_kill`).
+fn oom_kills() -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|n| n.trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
 }
 
 fn set_rlimits(limits: GuestRlimits) -> std::io::Result<()> {
