@@ -711,7 +711,9 @@ impl Sandbox {
         if let BackendChoice::Only(kind) = self.inner.choice {
             policy.allowed.retain(|k| *k == kind);
         }
-        let route = policy::route(tool, caps, Some(risk), &policy, |kind| self.offer(kind))?;
+        let route = policy::route(tool, caps, Some(risk), &policy, |kind| {
+            self.offer_for(kind, tool)
+        })?;
         self.audit_policy(AuditEvent::Policy {
             subject: "route".into(),
             decision: route.backend.to_string(),
@@ -720,6 +722,24 @@ impl Sandbox {
         let kind = route.backend;
         receipt.route = Some(route);
         Ok(kind)
+    }
+
+    /// Whether `kind` can run `tool` here: the backend's host probe (once per sandbox),
+    /// then what this tool needs of it ([`Backend::supports`]: the wasm backend runs a
+    /// Python or JavaScript script only with its WASI interpreter installed).
+    fn offer_for(&self, kind: BackendKind, tool: &Tool) -> BackendOffer {
+        let offer = self.offer(kind);
+        if offer != BackendOffer::Available {
+            return offer;
+        }
+        match self
+            .backend(kind)
+            .and_then(|backend| backend.supports(tool))
+        {
+            Ok(()) => BackendOffer::Available,
+            Err(Error::BackendUnavailable { reason, .. }) => BackendOffer::Unavailable(reason),
+            Err(e) => BackendOffer::Unavailable(e.to_string()),
+        }
     }
 
     /// Whether `kind` can run tools here, probed once per sandbox.
