@@ -638,8 +638,11 @@ impl Sandbox {
         result
     }
 
-    /// `tier_caps` is what the tier sees, `caps` what runs (they differ only for a
-    /// workspace, whose staging copy the tier sees as a read of its source).
+    /// `tier_caps` is what the tier sees, `caps` what runs (they differ for a workspace,
+    /// whose staging copy the tier sees as a read of its source, and a session, whose
+    /// directory is Strata's own). Under a tier, both have their grants resolved on the
+    /// host and pinned first (see [`crate::grants`]): the tier decides on the paths the
+    /// grants bind, and the pinned grants are what runs.
     fn admit_and_run(
         &self,
         tool: &Tool,
@@ -650,25 +653,36 @@ impl Sandbox {
         caps.validate()?;
         tier_caps.validate()?;
         let mut receipt = PolicyReceipt::default();
+        let mut pinned_caps = None;
         let tier_name = ctx.tier.as_ref().or(self.inner.tier.as_ref());
         if let Some(name) = tier_name {
             let tier = self.inner.tiers.get(name)?;
+            let pinned = crate::grants::pin_for_tier(tier_caps, caps)?;
             let now_ms = unix_time_ms();
             let admission = {
                 let mut book = self.grants();
                 policy::admit(
                     &tier,
                     tool,
-                    tier_caps,
+                    &pinned.tier_caps,
                     &mut book,
                     self.inner.approver.as_deref(),
                     now_ms,
                     &mut |event| self.audit_policy(event),
-                )?
+                )
             };
+            let admission = admission.map_err(|e| match e {
+                Error::Denied { reason } => Error::Denied {
+                    reason: crate::grants::explain_followed(reason, &pinned.followed),
+                },
+                other => other,
+            })?;
             receipt.tier = Some(tier.name);
             receipt.elevations = admission.elevations;
+            receipt.followed = pinned.followed;
+            pinned_caps = Some(pinned.caps);
         }
+        let caps = pinned_caps.as_ref().unwrap_or(caps);
         let kind = self.choose_backend(tool, caps, ctx, &mut receipt)?;
         let backend = self.backend(kind)?;
         let span =

@@ -723,6 +723,8 @@ export interface Receipt {
     tier?: string
     route?: { risk: Risk; declared: boolean; backend: BackendName; reason: string }
     elevations?: { id: number; agent: string | null; capabilities: string[]; expires_at_ms: number; runs_left: number }[]
+    /** Grants that followed symlinks under a tier: the tier checked, and the run bound, `resolved`. */
+    followed?: { requested: string; resolved: string }[]
   }
 }
 
