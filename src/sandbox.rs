@@ -164,8 +164,10 @@ impl SandboxBuilder {
     /// Checks every run against the tier named `name` (a preset `low`, `medium`, `high`, or
     /// one added with [`SandboxBuilder::define_tier`]); a run's [`RunContext::tier`]
     /// overrides it. A request beyond the tier is refused with [`Error::Denied`] naming the
-    /// tier and the capability, unless an approver grants it. Default: no tier (only the
-    /// caps apply). `medium`'s directory is `$HOME`.
+    /// tier and the capability, unless an approver grants it. The tier decides on the host
+    /// paths grants bind: each is resolved on the host first (a symlink it follows, to
+    /// where it leads) and the run binds exactly the path checked. Default: no tier (only
+    /// the caps apply). `medium`'s directory is `$HOME`.
     pub fn tier(mut self, name: impl Into<String>) -> Self {
         self.tier = Some(name.into());
         self
@@ -494,9 +496,12 @@ impl Sandbox {
     /// strictness overrides `ctx.strictness` only when `ctx` leaves it at the default and
     /// the sandbox is best-effort.
     ///
-    /// Before anything runs: the caps are validated; the run's tier (`ctx.tier`, else the
-    /// sandbox's) is checked and elevations asked for; with backend `auto` and a declared
-    /// `ctx.risk`, the router picks the backend. Every refusal and policy decision is in
+    /// Before anything runs: the caps are validated; under a tier (`ctx.tier`, else the
+    /// sandbox's), the grants are resolved on the host and pinned (a grant that follows
+    /// symlinks is checked, and bound, where they lead: see [`sandbox_core::grant::pin`]),
+    /// the tier is checked and elevations asked for; with backend `auto` and a declared
+    /// `ctx.risk`, the router picks the backend (asking each backend whether it can run
+    /// this tool, [`Backend::supports`]). Every refusal and policy decision is in
     /// the audit log (when configured) before this returns.
     pub fn run_with(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         self.run_audited(tool, caps, caps, ctx)

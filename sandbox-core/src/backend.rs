@@ -177,7 +177,7 @@ pub struct RunContext {
     /// ignore it; `strata::Sandbox` applies it.
     pub tier: Option<String>,
     /// The declared risk; with backend `auto` the router picks the backend from it (see
-    /// [`crate::policy::route`]). Default: none (backend by the tool's kind).
+    /// [`crate::policy::route()`]). Default: none (backend by the tool's kind).
     pub risk: Option<crate::policy::Risk>,
 }
 

@@ -21,6 +21,13 @@
 //!    `.git/hooks`, a workspace without `.envrc`), because the directory it is created in
 //!    is writable. The transactional workspace of the policy layer closes that by showing
 //!    the caller the diff before anything reaches the host.
+//!
+//! Decisions about host paths (a trust tier's "paths within /tmp") are made on the path a
+//! grant binds, not the one it names: [`pin`] resolves every grant of the caps with
+//! [`resolve`] and replaces it by its pinned form ([`ResolvedGrant::pinned`]: the
+//! resolved path, symlinks no longer followed), so checking the pinned caps checks what a
+//! backend will bind, and running them binds exactly that (a symlink swapped in later
+//! fails the run). The `strata` facade does this for every run under a tier.
 
 use std::collections::BTreeSet;
 use std::io;
