@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod grants;
 pub mod profile;
 mod sandbox;
 #[cfg(feature = "process")]
@@ -48,10 +49,10 @@ pub use sandbox_core::{
     backend, caps, error, grant, output, receipt, report, size, spec, tool, Access, Backend,
     BackendKind, BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,
     ContainerRuntime, ContainerSpec, Denial, DoctorReport, EgressDecision, EgressRefusal,
-    EndReason, Enforcement, Error, ErrorKind, ExitStatus, Gap, IdentityReceipt, IdentitySource,
-    LandlockStatus, LimitKind, Limits, Mechanism, Mount, MountRole, MountSpec, Net, NetRule,
-    NetworkReceipt, OutputSink, Receipt, ResourceUsage, Result, RunContext, RunOutput, RunSpec,
-    ScriptLanguage, Secret, SetupStage, Stream, Strictness, SystemDirs, Tool, TrapKind,
+    EndReason, Enforcement, Error, ErrorKind, ExitStatus, FollowedGrant, Gap, IdentityReceipt,
+    IdentitySource, LandlockStatus, LimitKind, Limits, Mechanism, Mount, MountRole, MountSpec, Net,
+    NetRule, NetworkReceipt, OutputSink, Receipt, ResourceUsage, Result, RunContext, RunOutput,
+    RunSpec, ScriptLanguage, Secret, SetupStage, Stream, Strictness, SystemDirs, Tool, TrapKind,
     RUN_SPEC_VERSION, STDIN_BUFFER,
 };
 #[cfg(feature = "process")]

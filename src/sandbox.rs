@@ -164,8 +164,10 @@ impl SandboxBuilder {
     /// Checks every run against the tier named `name` (a preset `low`, `medium`, `high`, or
     /// one added with [`SandboxBuilder::define_tier`]); a run's [`RunContext::tier`]
     /// overrides it. A request beyond the tier is refused with [`Error::Denied`] naming the
-    /// tier and the capability, unless an approver grants it. Default: no tier (only the
-    /// caps apply). `medium`'s directory is `$HOME`.
+    /// tier and the capability, unless an approver grants it. The tier decides on the host
+    /// paths grants bind: each is resolved on the host first (a symlink it follows, to
+    /// where it leads) and the run binds exactly the path checked. Default: no tier (only
+    /// the caps apply). `medium`'s directory is `$HOME`.
     pub fn tier(mut self, name: impl Into<String>) -> Self {
         self.tier = Some(name.into());
         self
@@ -494,9 +496,12 @@ impl Sandbox {
     /// strictness overrides `ctx.strictness` only when `ctx` leaves it at the default and
     /// the sandbox is best-effort.
     ///
-    /// Before anything runs: the caps are validated; the run's tier (`ctx.tier`, else the
-    /// sandbox's) is checked and elevations asked for; with backend `auto` and a declared
-    /// `ctx.risk`, the router picks the backend. Every refusal and policy decision is in
+    /// Before anything runs: the caps are validated; under a tier (`ctx.tier`, else the
+    /// sandbox's), the grants are resolved on the host and pinned (a grant that follows
+    /// symlinks is checked, and bound, where they lead: see [`sandbox_core::grant::pin`]),
+    /// the tier is checked and elevations asked for; with backend `auto` and a declared
+    /// `ctx.risk`, the router picks the backend (asking each backend whether it can run
+    /// this tool, [`Backend::supports`]). Every refusal and policy decision is in
     /// the audit log (when configured) before this returns.
     pub fn run_with(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         self.run_audited(tool, caps, caps, ctx)
@@ -638,8 +643,11 @@ impl Sandbox {
         result
     }
 
-    /// `tier_caps` is what the tier sees, `caps` what runs (they differ only for a
-    /// workspace, whose staging copy the tier sees as a read of its source).
+    /// `tier_caps` is what the tier sees, `caps` what runs (they differ for a workspace,
+    /// whose staging copy the tier sees as a read of its source, and a session, whose
+    /// directory is Strata's own). Under a tier, both have their grants resolved on the
+    /// host and pinned first (see [`crate::grants`]): the tier decides on the paths the
+    /// grants bind, and the pinned grants are what runs.
     fn admit_and_run(
         &self,
         tool: &Tool,
@@ -650,25 +658,36 @@ impl Sandbox {
         caps.validate()?;
         tier_caps.validate()?;
         let mut receipt = PolicyReceipt::default();
+        let mut pinned_caps = None;
         let tier_name = ctx.tier.as_ref().or(self.inner.tier.as_ref());
         if let Some(name) = tier_name {
             let tier = self.inner.tiers.get(name)?;
+            let pinned = crate::grants::pin_for_tier(tier_caps, caps)?;
             let now_ms = unix_time_ms();
             let admission = {
                 let mut book = self.grants();
                 policy::admit(
                     &tier,
                     tool,
-                    tier_caps,
+                    &pinned.tier_caps,
                     &mut book,
                     self.inner.approver.as_deref(),
                     now_ms,
                     &mut |event| self.audit_policy(event),
-                )?
+                )
             };
+            let admission = admission.map_err(|e| match e {
+                Error::Denied { reason } => Error::Denied {
+                    reason: crate::grants::explain_followed(reason, &pinned.followed),
+                },
+                other => other,
+            })?;
             receipt.tier = Some(tier.name);
             receipt.elevations = admission.elevations;
+            receipt.followed = pinned.followed;
+            pinned_caps = Some(pinned.caps);
         }
+        let caps = pinned_caps.as_ref().unwrap_or(caps);
         let kind = self.choose_backend(tool, caps, ctx, &mut receipt)?;
         let backend = self.backend(kind)?;
         let span =
@@ -711,7 +730,9 @@ impl Sandbox {
         if let BackendChoice::Only(kind) = self.inner.choice {
             policy.allowed.retain(|k| *k == kind);
         }
-        let route = policy::route(tool, caps, Some(risk), &policy, |kind| self.offer(kind))?;
+        let route = policy::route(tool, caps, Some(risk), &policy, |kind| {
+            self.offer_for(kind, tool)
+        })?;
         self.audit_policy(AuditEvent::Policy {
             subject: "route".into(),
             decision: route.backend.to_string(),
@@ -720,6 +741,24 @@ impl Sandbox {
         let kind = route.backend;
         receipt.route = Some(route);
         Ok(kind)
+    }
+
+    /// Whether `kind` can run `tool` here: the backend's host probe (once per sandbox),
+    /// then what this tool needs of it ([`Backend::supports`]: the wasm backend runs a
+    /// Python or JavaScript script only with its WASI interpreter installed).
+    fn offer_for(&self, kind: BackendKind, tool: &Tool) -> BackendOffer {
+        let offer = self.offer(kind);
+        if offer != BackendOffer::Available {
+            return offer;
+        }
+        match self
+            .backend(kind)
+            .and_then(|backend| backend.supports(tool))
+        {
+            Ok(()) => BackendOffer::Available,
+            Err(Error::BackendUnavailable { reason, .. }) => BackendOffer::Unavailable(reason),
+            Err(e) => BackendOffer::Unavailable(e.to_string()),
+        }
     }
 
     /// Whether `kind` can run tools here, probed once per sandbox.

@@ -280,7 +280,9 @@ fn declared_compute_risk_routes_a_module_to_wasm_and_the_receipt_records_it() {
     let route = out.receipt.policy.and_then(|p| p.route).expect("route");
     assert_eq!(route.backend, BackendKind::Process);
     assert!(
-        route.reason.contains("wasm: runs only WebAssembly"),
+        route.reason.contains(
+            "wasm: runs WebAssembly modules and Python/JavaScript scripts, not host commands"
+        ),
         "{}",
         route.reason
     );

@@ -90,14 +90,28 @@ export interface Tier {
   secrets: boolean
 }
 
-/** What an approver is asked. */
+/**
+ * What an approver is asked. Everything in it comes from the agent: escape it before
+ * showing it on a terminal.
+ */
 export interface ElevationRequest {
   agent: string | null
   tier: string
-  /** The tool, described briefly. */
+  /** The tool, described briefly (a command's program, a script's language and size, a module's path). */
   tool: string
   /** What the run asks for beyond its tier: `read:PATH`, `write:PATH`, `net:allow`, `net:host`, `program:NAME`, `secrets`. */
   needs: { capability: string; detail: string }[]
+  /** The whole command line: a command's argv, or a module's path followed by its arguments. Absent for a script. */
+  argv?: string[]
+  /** A script's language and whole source, with its length in bytes and SHA-256 (hex). */
+  script?: { language: 'python' | 'javascript' | 'sh'; source: string; bytes: number; sha256: string }
+  /**
+   * The run's caps as the tier checked them (the caps JSON: `mounts` with resolved host paths,
+   * `net`, `env`, `secrets` without values, `limits`, ...), without `stdin`.
+   */
+  caps?: Record<string, unknown>
+  /** Bytes of stdin the caps feed the tool (left out of `caps`). */
+  stdin_bytes?: number
 }
 
 /** An approver's answer. */
@@ -723,6 +737,8 @@ export interface Receipt {
     tier?: string
     route?: { risk: Risk; declared: boolean; backend: BackendName; reason: string }
     elevations?: { id: number; agent: string | null; capabilities: string[]; expires_at_ms: number; runs_left: number }[]
+    /** Grants that followed symlinks under a tier: the tier checked, and the run bound, `resolved`. */
+    followed?: { requested: string; resolved: string }[]
   }
 }
 

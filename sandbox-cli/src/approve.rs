@@ -33,7 +33,8 @@ impl ApproverChoice {
     }
 }
 
-/// Runs `program` (no shell) with the request on stdin. Exit 0 grants (with the `ttl` and
+/// Runs `program` (no shell) with the request on stdin: the JSON of [`ElevationRequest`],
+/// which carries the whole argv or script and the caps. Exit 0 grants (with the `ttl` and
 /// `runs` of a JSON object it prints, if any); another exit, a crash or the deadline
 /// refuses, with the first line of its stderr as the reason.
 fn ask_program(program: &PathBuf, request: &ElevationRequest) -> Approval {
@@ -121,7 +122,12 @@ fn ask_program(program: &PathBuf, request: &ElevationRequest) -> Approval {
     }
 }
 
-/// Asks on `/dev/tty`; only `y` or `yes` grants (default lifetime and one run).
+/// Asks on `/dev/tty`; only `y` or `yes` grants (default lifetime and one run). The
+/// request is shown as [`ElevationRequest::prompt`] renders it: what would run and with
+/// which caps, every part that came from the request escaped, so a path or an argument
+/// holding escape sequences cannot rewrite the question. (The output filter of
+/// [`crate::sanitize`] is not used here: it keeps newlines and colours, which a prompt
+/// line must not carry.)
 fn ask_terminal(request: &ElevationRequest) -> Approval {
     let tty = match std::fs::OpenOptions::new()
         .read(true)
@@ -132,15 +138,7 @@ fn ask_terminal(request: &ElevationRequest) -> Approval {
         Err(e) => return Approval::deny(format!("no terminal to ask on: {e}")),
     };
     let mut out = &tty;
-    let who = request.agent.as_deref().unwrap_or("this run");
-    let _ = writeln!(
-        out,
-        "strata: {who} (tier {}) asks to run {} with:",
-        request.tier, request.tool
-    );
-    for need in &request.needs {
-        let _ = writeln!(out, "  {need}");
-    }
+    let _ = out.write_all(request.prompt().as_bytes());
     let _ = write!(out, "grant for one run? [y/N] ");
     let _ = out.flush();
     let mut line = String::new();

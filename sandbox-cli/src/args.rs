@@ -297,11 +297,14 @@ pub struct RunArgs {
     #[arg(long = "allow-weaker")]
     pub allow_weaker: bool,
     /// Ask PROGRAM about requests beyond the tier: it gets the request as JSON on stdin
-    /// ({agent, tier, tool, needs: [{capability, detail}]}) and grants with exit 0
+    /// ({agent, tier, tool, needs: [{capability, detail}], argv: [...] or script:
+    /// {language, source, bytes, sha256}, caps, stdin_bytes}) and grants with exit 0
     /// (optionally printing {"ttl": MS, "runs": N}); any other exit refuses.
     #[arg(long, value_name = "PROGRAM", conflicts_with = "approve_interactive")]
     pub approver: Option<PathBuf>,
-    /// Ask on the terminal about requests beyond the tier.
+    /// Ask on the terminal about requests beyond the tier, showing what would run (the
+    /// whole command line, or the script, truncated when long, with its size and SHA-256)
+    /// and the caps; everything from the request is escaped.
     #[arg(long = "approve-interactive")]
     pub approve_interactive: bool,
     /// Also write the result as JSON to FILE when the run ends: status, limits and receipt

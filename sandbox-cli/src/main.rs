@@ -43,7 +43,7 @@ fn main() -> ExitCode {
                 .lines()
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("invalid arguments");
-            eprintln!("strata: {}", first.trim_start_matches("error: "));
+            say(first.trim_start_matches("error: "));
             return ExitCode::from(2);
         }
     };
@@ -127,9 +127,16 @@ fn fail(err: &Error, json: bool) -> ExitCode {
     if json {
         let _ = writeln!(std::io::stdout(), "{}", error_json(err));
     } else {
-        eprintln!("strata: {err}");
+        say(&err.to_string());
     }
     error_code(err)
+}
+
+/// Writes `strata: MESSAGE` to stderr as one line, with every control, escape and
+/// bidirectional character escaped ([`strata::policy::prompt::escape`]): messages quote
+/// paths and arguments the caller (or an agent) chose, which must not act on the terminal.
+fn say(message: &str) {
+    eprintln!("strata: {}", strata::policy::prompt::escape(message));
 }
 
 fn run(args: RunArgs) -> ExitCode {

@@ -1195,3 +1195,160 @@ fn profile_gives_caps_tier_and_backend_and_bad_profiles_are_refused() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn low_tier_refuses_a_followed_symlink_into_etc_and_allows_one_into_tmp() {
+    // Under /tmp itself, the only host paths the low tier grants (whatever TMPDIR says).
+    let dir = tempfile::Builder::new()
+        .prefix("strata-tier-follow")
+        .tempdir_in("/tmp")
+        .expect("tempdir in /tmp");
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink("/etc", &link).expect("symlink");
+    let link_arg = link.to_str().expect("utf-8");
+    let hostname = format!("{link_arg}/hostname");
+    let out = strata(&[
+        "run",
+        "--backend",
+        "process",
+        "--tier",
+        "low",
+        "--ro-follow",
+        link_arg,
+        "--",
+        "cat",
+        &hostname,
+    ]);
+    assert_eq!(out.status.code(), Some(125), "{}", text_of(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("tier low") && err.contains("read:/etc"),
+        "refused for where the link leads: {err}"
+    );
+    assert!(err.contains(&format!("{link_arg} -> /etc")), "{err}");
+    assert!(out.stdout.is_empty(), "nothing ran");
+
+    // A link that stays within /tmp is allowed; the receipt names where it led.
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).expect("mkdir");
+    std::fs::write(real.join("f.txt"), "inside the tier").expect("write");
+    let ok = dir.path().join("ok");
+    std::os::unix::fs::symlink(&real, &ok).expect("symlink");
+    let ok_arg = ok.to_str().expect("utf-8");
+    let out = strata(&[
+        "run",
+        "--backend",
+        "process",
+        "--tier",
+        "low",
+        "--json",
+        "--ro-follow",
+        ok_arg,
+        "--",
+        "cat",
+        &format!("{ok_arg}/f.txt"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text_of(&out));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(value["stdout"], "inside the tier");
+    let followed = &value["receipt"]["policy"]["followed"][0];
+    assert_eq!(followed["requested"], ok_arg);
+    assert_eq!(followed["resolved"], real.to_str().expect("utf-8"));
+}
+
+/// An approver program that saves the request it gets on stdin to `saved` and refuses.
+fn saving_approver(dir: &Path, saved: &Path) -> std::path::PathBuf {
+    let program = dir.join("save-and-refuse.sh");
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\ncat > {}\necho 'looked only' >&2\nexit 3\n",
+            saved.display()
+        ),
+    )
+    .expect("approver");
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&program, mode).expect("chmod");
+    program
+}
+
+#[test]
+fn an_approver_program_gets_the_whole_argv_script_and_caps_on_stdin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).expect("ws");
+    let ws_arg = ws.to_str().expect("utf-8");
+    let saved = dir.path().join("request.json");
+    let approver = saving_approver(dir.path(), &saved);
+    let approver_arg = approver.to_str().expect("utf-8");
+    let write = format!("echo pwned > {ws_arg}/out");
+    let out = strata(&[
+        "run",
+        "--tier",
+        "low",
+        "--rw",
+        ws_arg,
+        "--env",
+        "MODE=x",
+        "--approver",
+        approver_arg,
+        "--",
+        "/bin/sh",
+        "-c",
+        &write,
+    ]);
+    assert_eq!(out.status.code(), Some(125), "{}", text_of(&out));
+    assert!(text(&out.stderr).contains("looked only"));
+    let asked: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&saved).expect("request")).expect("json");
+    assert_eq!(asked["tool"], "/bin/sh");
+    assert_eq!(asked["argv"], serde_json::json!(["/bin/sh", "-c", write]));
+    assert_eq!(asked["caps"]["mounts"][0]["host"], ws_arg);
+    assert_eq!(asked["caps"]["mounts"][0]["access"], "rw");
+    assert_eq!(asked["caps"]["env"]["MODE"], "x");
+    assert!(!ws.join("out").exists());
+
+    let source = "import os\nos.system('echo pwned')\n";
+    std::fs::remove_file(&saved).expect("rm");
+    let out = strata(&[
+        "run",
+        "--tier",
+        "low",
+        "--rw",
+        ws_arg,
+        "--approver",
+        approver_arg,
+        "--script",
+        "python",
+        "--",
+        source,
+    ]);
+    assert_eq!(out.status.code(), Some(125), "{}", text_of(&out));
+    let asked: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&saved).expect("request")).expect("json");
+    assert_eq!(asked["script"]["language"], "python");
+    assert_eq!(asked["script"]["source"], source);
+    assert_eq!(asked["script"]["bytes"], source.len());
+    assert!(asked.get("argv").is_none(), "{asked}");
+}
+
+#[test]
+fn an_escape_sequence_in_a_requested_path_reaches_the_terminal_escaped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A directory whose name clears the screen and retitles the window when printed raw.
+    let evil = dir.path().join("\u{1b}[2J\u{1b}]0;ok\u{7}ws");
+    std::fs::create_dir(&evil).expect("mkdir");
+    let (code, screen) = interactive_approval(&evil, "n\n");
+    assert_ne!(code, Some(0), "{screen}");
+    assert!(screen.contains("asks to run /bin/sh with:"), "{screen}");
+    assert!(screen.contains("\\x1b[2J\\x1b]0;ok\\x07ws"), "{screen}");
+    assert!(
+        screen.contains("command line: \"/bin/sh\" \"-c\""),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains('\u{1b}') && !screen.contains('\u{7}'),
+        "no raw escape reaches the terminal: {screen:?}"
+    );
+    assert!(screen.contains("refused on the terminal"), "{screen}");
+}

@@ -12,9 +12,19 @@
 //! [`AuditLog`] appends to a file; [`AuditLog::record`] flushes and, for policy events
 //! (refusals, elevations), `fsync`s before returning, so the decision is on disk before it
 //! takes effect. Every event is also emitted through `tracing` (target `strata::audit`).
+//!
+//! Several writers may share one log: handles in one process, and processes (four
+//! `strata run --audit F` at once). Each append holds an exclusive lock on the file
+//! ([`std::fs::File::lock`]: `flock` on Unix, `LockFileEx` on Windows; advisory, so only
+//! writers that lock are ordered: every [`AuditLog`] does), reads and verifies what other
+//! writers appended since this handle last read (their chain must continue from the head
+//! this handle knows), then continues the chain from the new head. So records never share
+//! a `seq` and the log verifies after any number of parallel appends. Opening takes a
+//! shared lock while it verifies, so it never reads a record half-written.
 
 use std::fmt;
-use std::io::{BufRead, Write};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -253,18 +263,57 @@ pub struct Verified {
 /// The first record that does not fit ([`AuditBreak`]); I/O errors as
 /// [`BreakReason::Malformed`].
 pub fn verify(reader: impl BufRead) -> Result<Verified, AuditBreak> {
-    let mut head = GENESIS.to_string();
-    let mut records = 0u64;
-    for (index, line) in reader.lines().enumerate() {
-        let line_no = index as u64 + 1;
-        let line = line.map_err(|e| AuditBreak {
+    let start = Verified {
+        records: 0,
+        head: GENESIS.to_string(),
+    };
+    walk(reader, start, false).map(|(verified, _)| verified)
+}
+
+/// Checks the records `reader` holds as the continuation of a chain that ends at `start`
+/// (their first `seq` is `start.records + 1`, their first `prev` is `start.head`; lines
+/// are numbered from `start.records + 1`). Returns the new end of the chain and the bytes
+/// read. With `whole_lines`, a last record without its newline is refused as malformed (a
+/// writer stopped in the middle of it; appending after it would merge two records).
+fn walk(
+    mut reader: impl BufRead,
+    start: Verified,
+    whole_lines: bool,
+) -> Result<(Verified, u64), AuditBreak> {
+    let Verified {
+        mut records,
+        mut head,
+    } = start;
+    let mut bytes = 0u64;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let line_no = records + 1;
+        let malformed = |why: String| AuditBreak {
             line: line_no,
-            reason: BreakReason::Malformed(e.to_string()),
-        })?;
-        let record: AuditRecord = serde_json::from_str(&line).map_err(|e| AuditBreak {
-            line: line_no,
-            reason: BreakReason::Malformed(e.to_string()),
-        })?;
+            reason: BreakReason::Malformed(why),
+        };
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| malformed(e.to_string()))?;
+        if read == 0 {
+            break;
+        }
+        bytes += read as u64;
+        match line.last() {
+            Some(b'\n') => {
+                line.pop();
+            }
+            _ if whole_lines => {
+                return Err(malformed(
+                    "the record is incomplete (no newline): a writer stopped in the middle of it"
+                        .into(),
+                ))
+            }
+            _ => {}
+        }
+        let record: AuditRecord =
+            serde_json::from_slice(&line).map_err(|e| malformed(e.to_string()))?;
         if record.expected_hash() != record.hash {
             return Err(AuditBreak {
                 line: line_no,
@@ -289,7 +338,7 @@ pub fn verify(reader: impl BufRead) -> Result<Verified, AuditBreak> {
         head = record.hash;
         records += 1;
     }
-    Ok(Verified { records, head })
+    Ok((Verified { records, head }, bytes))
 }
 
 /// [`verify`], then checks that the log ends at `expected_head` (a hash kept elsewhere).
@@ -310,22 +359,50 @@ pub fn verify_head(reader: impl BufRead, expected_head: &str) -> Result<Verified
     Ok(verified)
 }
 
-/// An append-only audit log file.
+/// An append-only audit log file. Any number of handles, in any number of processes, may
+/// append to the same file (see the module docs).
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: std::fs::File,
-    seq: u64,
-    head: String,
+    file: File,
+    /// The chain this handle has verified (or written).
+    chain: Verified,
+    /// Bytes of the file that chain takes up (the next unread byte).
+    len: u64,
+}
+
+/// A lock on a whole file, released when dropped.
+struct FileLock<'a>(&'a File);
+
+impl<'a> FileLock<'a> {
+    /// Waits for the exclusive lock (appending).
+    fn exclusive(file: &'a File) -> std::io::Result<FileLock<'a>> {
+        file.lock()?;
+        Ok(FileLock(file))
+    }
+
+    /// Waits for a shared lock (reading: no append is under way).
+    fn shared(file: &'a File) -> std::io::Result<FileLock<'a>> {
+        file.lock_shared()?;
+        Ok(FileLock(file))
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        // Closing the file would release it too; an unlock error leaves nothing to do.
+        let _ = self.0.unlock();
+    }
 }
 
 impl AuditLog {
     /// Opens (or creates, mode 0600) the log at `path` and verifies what it holds, so new
-    /// records continue an intact chain.
+    /// records continue an intact chain. Waits while another writer is appending.
     ///
     /// # Errors
     /// [`crate::Error::InvalidRequest`] when the existing log does not verify (naming the
-    /// first bad record) or cannot be opened.
+    /// first bad record; a last record without its newline counts) or cannot be opened or
+    /// locked.
     pub fn open(path: impl Into<PathBuf>) -> crate::Result<AuditLog> {
         let path = path.into();
         let mut options = std::fs::OpenOptions::new();
@@ -335,24 +412,28 @@ impl AuditLog {
             use std::os::unix::fs::OpenOptionsExt;
             options.mode(0o600);
         }
-        let file = options
-            .open(&path)
-            .map_err(|e| crate::Error::invalid(format!("audit log {}: {e}", path.display())))?;
-        let reader =
-            std::io::BufReader::new(file.try_clone().map_err(|e| {
-                crate::Error::invalid(format!("audit log {}: {e}", path.display()))
-            })?);
-        let verified = verify(reader).map_err(|e| {
-            crate::Error::invalid(format!(
+        let cannot =
+            |e: std::io::Error| crate::Error::invalid(format!("audit log {}: {e}", path.display()));
+        let file = options.open(&path).map_err(cannot)?;
+        let start = Verified {
+            records: 0,
+            head: GENESIS.to_string(),
+        };
+        let lock = FileLock::shared(&file).map_err(cannot)?;
+        let read = read_from(&file, 0, start);
+        drop(lock);
+        let (chain, len) = read.map_err(|e| match e {
+            ReadError::Io(e) => cannot(e),
+            ReadError::Break(e) => crate::Error::invalid(format!(
                 "audit log {} does not verify: {e}; refusing to append to it",
                 path.display()
-            ))
+            )),
         })?;
         Ok(AuditLog {
             path,
             file,
-            seq: verified.records,
-            head: verified.head,
+            chain,
+            len,
         })
     }
 
@@ -361,40 +442,52 @@ impl AuditLog {
         &self.path
     }
 
-    /// The last record's hash.
+    /// The last record's hash, as of this handle's last open or append (other writers may
+    /// have appended since).
     pub fn head(&self) -> &str {
-        &self.head
+        &self.chain.head
     }
 
-    /// Appends `event` (and emits it through `tracing`). Policy events are `fsync`ed
-    /// before this returns.
+    /// Appends `event` (and emits it through `tracing`): under the file's exclusive lock,
+    /// first verifies the records other writers appended since this handle last read, then
+    /// writes the next record of the chain. Policy events are `fsync`ed before this
+    /// returns.
     ///
     /// # Errors
-    /// When the record cannot be written (the caller should then not act on a policy
-    /// decision).
+    /// When the lock cannot be taken, when what other writers appended does not continue
+    /// the chain ([`std::io::ErrorKind::InvalidData`], naming the first bad record; nothing
+    /// is appended), or when the record cannot be written (the caller should then not act
+    /// on a policy decision).
     pub fn record(&mut self, event: AuditEvent) -> std::io::Result<AuditRecord> {
-        let seq = self.seq + 1;
+        let _lock = FileLock::exclusive(&self.file)?;
+        catch_up(&self.file, &self.path, &mut self.chain, &mut self.len)?;
+        let seq = self.chain.records + 1;
         let time_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis().min(u128::from(u64::MAX)) as u64)
             .unwrap_or(0);
-        let hash = seal(seq, time_ms, &self.head, &event);
+        let hash = seal(seq, time_ms, &self.chain.head, &event);
         let record = AuditRecord {
             seq,
             time_ms,
-            prev: self.head.clone(),
+            prev: self.chain.head.clone(),
             event,
             hash,
         };
         let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        self.file.write_all(&line)?;
-        self.file.flush()?;
+        // One write of a whole line, at the end (append mode), under the lock. If it fails
+        // half-way, the next append (by anyone) finds an incomplete record and refuses.
+        (&self.file).write_all(&line)?;
+        (&self.file).flush()?;
         if record.event.is_policy() {
             self.file.sync_data()?;
         }
-        self.seq = seq;
-        self.head = record.hash.clone();
+        self.chain = Verified {
+            records: seq,
+            head: record.hash.clone(),
+        };
+        self.len += line.len() as u64;
         tracing::info!(
             target: "strata::audit",
             seq,
@@ -404,6 +497,52 @@ impl AuditLog {
         );
         Ok(record)
     }
+}
+
+/// Reads and verifies what other writers appended to `file` after byte `len` (called with
+/// the exclusive lock held), moving `chain` and `len` to the end of the file.
+fn catch_up(file: &File, path: &Path, chain: &mut Verified, len: &mut u64) -> std::io::Result<()> {
+    let size = file.metadata()?.len();
+    if size < *len {
+        return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "audit log {} shrank from {} to {size} bytes since this handle read it: records were cut off; refusing to append",
+                    path.display(),
+                    *len
+                ),
+            ));
+    }
+    if size == *len {
+        return Ok(());
+    }
+    let (verified, read) =
+            read_from(file, *len, chain.clone()).map_err(|e| match e {
+                ReadError::Io(e) => e,
+                ReadError::Break(e) => std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "audit log {}: what another writer appended does not verify: {e}; refusing to append",
+                        path.display()
+                    ),
+                ),
+            })?;
+    *chain = verified;
+    *len += read;
+    Ok(())
+}
+
+/// Why the unread part of a log could not be taken in.
+enum ReadError {
+    Io(std::io::Error),
+    Break(AuditBreak),
+}
+
+/// Verifies the records of `file` from byte `offset` to its end as the continuation of
+/// `start`; the new end of the chain and the bytes read. Records must end in a newline.
+fn read_from(mut file: &File, offset: u64, start: Verified) -> Result<(Verified, u64), ReadError> {
+    file.seek(SeekFrom::Start(offset)).map_err(ReadError::Io)?;
+    walk(BufReader::new(file), start, true).map_err(ReadError::Break)
 }
 
 /// Emits `event` through `tracing` only (target `strata::audit`), for sandboxes without a
@@ -542,6 +681,128 @@ mod tests {
         assert!(check(cut).is_ok(), "a shorter chain is still a chain");
         let err = verify_head(std::io::Cursor::new(cut.join("\n")), &head).expect_err("cut");
         assert!(matches!(err.reason, BreakReason::Head { .. }), "{err}");
+    }
+
+    /// The `seq` of every line of the log at `path`.
+    fn seqs(path: &Path) -> Vec<u64> {
+        std::fs::read_to_string(path)
+            .expect("read")
+            .lines()
+            .map(|l| serde_json::from_str::<AuditRecord>(l).expect("record").seq)
+            .collect()
+    }
+
+    #[test]
+    fn parallel_appends_from_separate_handles_never_share_a_seq() {
+        // Each thread opens its own handle (its own open file description, so the file
+        // lock orders them as it orders separate processes), and every handle opens
+        // before any writes: all of them start from the same, soon stale, head.
+        const WRITERS: u32 = 4;
+        const EACH: u32 = 25;
+        let dir = tempfile_free::Dir::new();
+        let path = dir.0.join("audit.jsonl");
+        let handles: Vec<AuditLog> = (0..WRITERS)
+            .map(|_| AuditLog::open(&path).expect("open"))
+            .collect();
+        let start = std::sync::Arc::new(std::sync::Barrier::new(WRITERS as usize));
+        let threads: Vec<_> = handles
+            .into_iter()
+            .enumerate()
+            .map(|(w, mut log)| {
+                let start = std::sync::Arc::clone(&start);
+                std::thread::spawn(move || {
+                    start.wait();
+                    for i in 0..EACH {
+                        let n = w as u32 * 1000 + i;
+                        // Policy events too, so some appends fsync while others wait.
+                        let event = if i.is_multiple_of(5) {
+                            AuditEvent::Policy {
+                                subject: "elevation".into(),
+                                decision: "granted".into(),
+                                detail: format!("writer {w} event {n}"),
+                            }
+                        } else {
+                            event(n)
+                        };
+                        log.record(event).expect("append");
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("writer");
+        }
+        let total = u64::from(WRITERS * EACH);
+        let file = std::fs::File::open(&path).expect("open");
+        let verified = verify(std::io::BufReader::new(file)).expect("the log verifies");
+        assert_eq!(verified.records, total);
+        assert_eq!(seqs(&path), (1..=total).collect::<Vec<_>>());
+        // A handle that last read long ago still continues the chain.
+        let mut late = AuditLog::open(&path).expect("reopen");
+        AuditLog::open(&path)
+            .expect("another")
+            .record(event(1))
+            .expect("append");
+        late.record(event(2)).expect("append after another writer");
+        assert_eq!(seqs(&path).last(), Some(&(total + 2)));
+        let file = std::fs::File::open(&path).expect("open");
+        assert_eq!(
+            verify(std::io::BufReader::new(file))
+                .expect("verifies")
+                .records,
+            total + 2
+        );
+    }
+
+    #[test]
+    fn a_record_another_writer_appended_out_of_chain_refuses_the_append() {
+        let (dir, _) = log_of(2);
+        let path = dir.0.join("audit.jsonl");
+        let mut log = AuditLog::open(&path).expect("open");
+        // Another writer (without the lock, or a forger) appends a record that does not
+        // continue the chain: a well-formed, self-consistent record with a wrong `prev`.
+        let mut forged = AuditRecord {
+            seq: 4,
+            time_ms: 1,
+            prev: GENESIS.to_string(),
+            event: event(66),
+            hash: String::new(),
+        };
+        forged.hash = forged.expected_hash();
+        let mut text = std::fs::read_to_string(&path).expect("read");
+        text.push_str(&serde_json::to_string(&forged).expect("json"));
+        text.push('\n');
+        std::fs::write(&path, &text).expect("append forged");
+        let err = log.record(event(3)).expect_err("refused");
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("another writer"), "{err}");
+        assert!(err.to_string().contains("line 4"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
+    }
+
+    #[test]
+    fn a_record_cut_short_by_a_crashed_writer_refuses_later_appends() {
+        let (dir, _) = log_of(2);
+        let path = dir.0.join("audit.jsonl");
+        let mut log = AuditLog::open(&path).expect("open");
+        let mut text = std::fs::read_to_string(&path).expect("read");
+        text.push_str("{\"seq\":4,\"time_ms\"");
+        std::fs::write(&path, &text).expect("half a record");
+        let err = log.record(event(3)).expect_err("refused");
+        assert!(err.to_string().contains("line 4"), "{err}");
+        let err = AuditLog::open(&path).expect_err("refused on open too");
+        assert!(err.to_string().contains("incomplete"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
+    }
+
+    #[test]
+    fn a_log_cut_short_under_an_open_handle_refuses_the_append() {
+        let (dir, lines) = log_of(3);
+        let path = dir.0.join("audit.jsonl");
+        let mut log = AuditLog::open(&path).expect("open");
+        std::fs::write(&path, lines[..2].join("\n") + "\n").expect("cut");
+        let err = log.record(event(9)).expect_err("refused");
+        assert!(err.to_string().contains("cut off"), "{err}");
     }
 
     #[test]

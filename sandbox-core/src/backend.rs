@@ -24,6 +24,17 @@ pub trait Backend: Send + Sync {
 
     /// Probes the host: is this backend usable here, and which guarantees does it have.
     fn report(&self) -> BackendReport;
+
+    /// Whether this backend, as configured on this host, has what `tool` needs (the wasm
+    /// backend: the WASI interpreter of a script's language). Cheap, and touches nothing
+    /// but the backend's own files; the router asks it before choosing a backend, so a
+    /// tool this backend cannot start falls to the next one instead of failing.
+    /// Default: `Ok(())`. Errors are those [`Backend::run`] would return for the tool
+    /// (typically [`Error::BackendUnavailable`]).
+    fn supports(&self, tool: &Tool) -> Result<()> {
+        let _ = tool;
+        Ok(())
+    }
 }
 
 /// The backends Strata knows.
@@ -166,7 +177,7 @@ pub struct RunContext {
     /// ignore it; `strata::Sandbox` applies it.
     pub tier: Option<String>,
     /// The declared risk; with backend `auto` the router picks the backend from it (see
-    /// [`crate::policy::route`]). Default: none (backend by the tool's kind).
+    /// [`crate::policy::route()`]). Default: none (backend by the tool's kind).
     pub risk: Option<crate::policy::Risk>,
 }
 

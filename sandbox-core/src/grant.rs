@@ -21,12 +21,19 @@
 //!    `.git/hooks`, a workspace without `.envrc`), because the directory it is created in
 //!    is writable. The transactional workspace of the policy layer closes that by showing
 //!    the caller the diff before anything reaches the host.
+//!
+//! Decisions about host paths (a trust tier's "paths within /tmp") are made on the path a
+//! grant binds, not the one it names: [`pin`] resolves every grant of the caps with
+//! [`resolve`] and replaces it by its pinned form ([`ResolvedGrant::pinned`]: the
+//! resolved path, symlinks no longer followed), so checking the pinned caps checks what a
+//! backend will bind, and running them binds exactly that (a symlink swapped in later
+//! fails the run). The `strata` facade does this for every run under a tier.
 
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crate::caps::{Access, Mount};
+use crate::caps::{Access, Caps, Mount};
 use crate::error::{Error, Result};
 
 /// What a host path is, without following a symlink at its last component.
@@ -80,6 +87,54 @@ pub struct ResolvedGrant {
     pub is_dir: bool,
     /// At least one symlink was followed (only possible with [`Mount::follow_symlinks`]).
     pub followed_symlinks: bool,
+}
+
+impl ResolvedGrant {
+    /// `mount` (the mount this was resolved from) bound at exactly the resolved path: its
+    /// host path replaced by [`ResolvedGrant::resolved`] and symlinks no longer followed.
+    /// A backend resolving it again finds the same path, or refuses the run if a symlink
+    /// was swapped in since: it cannot be redirected. Policy decisions on host paths
+    /// ([`crate::policy::Tier::check`]) are made on pinned mounts, and the pinned mount is
+    /// what runs, so the path decided on is the path bound.
+    pub fn pinned(&self, mount: &Mount) -> Mount {
+        let mut pinned = mount.clone();
+        pinned.host = self.resolved.clone();
+        pinned.follow_symlinks = false;
+        pinned
+    }
+}
+
+/// Caps whose grants were resolved on the host and pinned ([`pin`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pinned {
+    /// The caps with every mount replaced by its pinned form ([`ResolvedGrant::pinned`]).
+    pub caps: Caps,
+    /// The grants that followed symlinks to get there (requested and resolved host paths),
+    /// in the order of the caps' mounts.
+    pub followed: Vec<ResolvedGrant>,
+}
+
+/// Resolves every grant of `caps` on `host` ([`resolve`]: a symlink refuses a grant that
+/// does not follow symlinks; one that does is resolved with
+/// [`HostLookup::canonicalize`]) and pins it to its resolved path. Checks that decide on
+/// host paths take the pinned caps: the paths in them are the paths a backend binds (it
+/// refuses, rather than follows, a symlink found there later). Errors as [`resolve`]
+/// ([`Error::InvalidRequest`]: a missing path, a symlink in a grant that does not follow
+/// them).
+pub fn pin<H: HostLookup + ?Sized>(caps: &Caps, host: &H) -> Result<Pinned> {
+    let mut pinned = caps.clone();
+    let mut followed = Vec::new();
+    for mount in &mut pinned.mounts {
+        let grant = resolve(mount, host)?;
+        *mount = grant.pinned(mount);
+        if grant.followed_symlinks {
+            followed.push(grant);
+        }
+    }
+    Ok(Pinned {
+        caps: pinned,
+        followed,
+    })
 }
 
 /// Makes a caller's host path absolute against `cwd`, lexically: `.` components and

@@ -48,8 +48,8 @@ pub use grant::{
 };
 pub use output::{ExitStatus, LimitKind, ResourceUsage, RunOutput, TrapKind};
 pub use receipt::{
-    Capability, Denial, EgressDecision, EgressRefusal, Enforcement, Gap, IdentityReceipt,
-    IdentitySource, Mechanism, NetworkReceipt, PolicyReceipt, Receipt,
+    Capability, Denial, EgressDecision, EgressRefusal, Enforcement, FollowedGrant, Gap,
+    IdentityReceipt, IdentitySource, Mechanism, NetworkReceipt, PolicyReceipt, Receipt,
 };
 pub use report::{EndReason, LandlockStatus, SetupStage};
 pub use size::ByteSize;

@@ -51,6 +51,20 @@ pub struct PolicyReceipt {
     /// Grants beyond the tier that this run used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub elevations: Vec<crate::policy::Grant>,
+    /// Grants that followed symlinks, resolved before the tier decided: the tier checked
+    /// the resolved path and the run bound exactly that path (pinned, so the backend's own
+    /// mount line names it without "symlinks followed from").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub followed: Vec<FollowedGrant>,
+}
+
+/// A grant whose host path was reached through symlinks (see [`PolicyReceipt::followed`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FollowedGrant {
+    /// The host path the caller gave.
+    pub requested: std::path::PathBuf,
+    /// The path it resolved to, which the tier checked and the run bound.
+    pub resolved: std::path::PathBuf,
 }
 
 /// What the egress enforcement of a run under [`crate::Net::Allow`] decided.
@@ -310,6 +324,14 @@ impl fmt::Display for Receipt {
                     f,
                     "  route: risk {} -> {} ({})",
                     r.risk, r.backend, r.reason
+                )?;
+            }
+            for g in &p.followed {
+                writeln!(
+                    f,
+                    "  grant {} resolved through symlinks to {} (checked by the tier there)",
+                    g.requested.display(),
+                    g.resolved.display()
                 )?;
             }
             for g in &p.elevations {

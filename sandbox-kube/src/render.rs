@@ -805,7 +805,7 @@ fn bytes_quantity(bytes: u64) -> Quantity {
         (1 << 10, "Ki"),
     ];
     for (size, suffix) in UNITS {
-        if bytes % size == 0 {
+        if bytes.is_multiple_of(size) {
             return Quantity(format!("{}{suffix}", bytes / size));
         }
     }

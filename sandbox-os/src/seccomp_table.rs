@@ -120,8 +120,17 @@ mod tests {
     fn every_number_gets_its_table_action_and_misses_get_the_default() {
         let default = RET_ERRNO | 38;
         let table: Vec<(u32, u32)> = (0..600u32)
-            .filter(|n| n % 3 != 0)
-            .map(|n| (n, if n % 7 == 0 { RET_ERRNO | 1 } else { RET_ALLOW }))
+            .filter(|n| !n.is_multiple_of(3))
+            .map(|n| {
+                (
+                    n,
+                    if n.is_multiple_of(7) {
+                        RET_ERRNO | 1
+                    } else {
+                        RET_ALLOW
+                    },
+                )
+            })
             .collect();
         let prog = compile(&table, default);
         for nr in 0..700u32 {

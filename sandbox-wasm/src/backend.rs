@@ -273,6 +273,12 @@ impl Backend for WasmBackend {
         }
     }
 
+    /// Modules always; Python and JavaScript scripts when their WASI interpreter is
+    /// installed; no commands and no sh scripts (the errors [`Backend::run`] would give).
+    fn supports(&self, tool: &Tool) -> Result<()> {
+        script::resolve(tool, self.inner.config.interpreter_dir.as_deref()).map(drop)
+    }
+
     fn report(&self) -> BackendReport {
         let inner = &self.inner;
         let mut checks = vec![

@@ -7,7 +7,9 @@
 //! - [`mod@route`]: picks the backend from the tool and a declared [`Risk`], never falling to a
 //!   weaker boundary unless the caller allowed it; the [`Route`] goes in the receipt.
 //! - [`elevation`]: escape hatches. An [`Approver`] may grant needs beyond the tier, scoped
-//!   to named capabilities, expiring by time and by number of runs ([`GrantBook`]).
+//!   to named capabilities, expiring by time and by number of runs ([`GrantBook`]). It sees
+//!   the whole request ([`ElevationRequest`]: the needs, the whole argv or script, the caps);
+//!   [`prompt`] renders it for a human with everything from the agent escaped.
 //! - [`message`]: agents with keys, messages signed over every field (HMAC-SHA256 with
 //!   per-pair keys, or Ed25519), a timestamp window, a replay cache, and trust ranks that
 //!   decide who may message and delegate to whom.
@@ -21,6 +23,7 @@
 
 pub mod elevation;
 pub mod message;
+pub mod prompt;
 pub mod route;
 pub mod tier;
 pub mod toolcall;
@@ -28,6 +31,7 @@ pub mod workspace;
 
 pub use elevation::{
     admit, Admission, Approval, Approver, ElevationRequest, Grant, GrantBook, GrantCheck, GrantId,
+    ScriptRequest,
 };
 pub use route::{route, BackendOffer, Risk, Route, RoutePolicy};
 pub use tier::{Need, NetScope, PathScope, ProgramScope, Tier};

@@ -10,9 +10,21 @@
 //! Boundaries are ordered `process` < `container` < `wasm` < `microvm` (a container adds
 //! an image root to the process sandbox; wasm has no system calls at all; a microVM has its
 //! own kernel). The router tries the risk's chain ([`Risk::chain`]: the preferred backend,
-//! then its fallbacks) among the backends the caller allows, skipping those that cannot run the tool (wasm runs only
-//! modules; `container` needs an image) or are unavailable on this host. A backend below the
-//! risk's floor is used only when the caller set [`RoutePolicy::allow_weaker`]; the
+//! then its fallbacks) among the backends the caller allows, skipping those that cannot run
+//! the tool or are unavailable on this host. Which backend runs which tool:
+//!
+//! | tool | process | container | wasm | microvm |
+//! |------|---------|-----------|------|---------|
+//! | command | yes | with an image | no | yes |
+//! | python or javascript script | yes | with an image | yes (WASI interpreters), without an image | yes |
+//! | sh script | yes | with an image | no (no WASI shell) | yes |
+//! | WebAssembly module | no | no | yes, without an image | yes |
+//!
+//! The wasm backend runs Python and JavaScript scripts in interpreters compiled to WASI,
+//! which must be installed on the host: whether they are is the caller's `offer` to say
+//! (the facade asks the backend for this tool), so a compute-risk script without them
+//! falls back to the next backend of the chain, and the reason names why. A backend below
+//! the risk's floor is used only when the caller set [`RoutePolicy::allow_weaker`]; the
 //! [`Route::reason`] then says so. No risk declared: [`Risk::of`] derives one from the tool.
 
 use std::collections::BTreeSet;
@@ -24,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::BackendKind;
 use crate::caps::Caps;
 use crate::error::{Error, Result};
-use crate::tool::Tool;
+use crate::tool::{ScriptLanguage, Tool};
 
 /// How much harm a tool could do, as the caller declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -172,8 +184,10 @@ pub struct Route {
 }
 
 /// Chooses the backend for `tool` under `risk` (derived with [`Risk::of`] when `None`).
-/// `offer` says whether a backend is usable here (called only for backends the policy
-/// allows and that can run the tool). Refuses with [`Error::Unenforceable`] naming the risk
+/// `offer` says whether a backend is usable here for this tool (called only for backends
+/// the policy allows and that can run the tool's kind; a caller whose backend lacks what this
+/// tool needs, such as the wasm backend without its Python interpreter, answers
+/// [`BackendOffer::Unavailable`]). Refuses with [`Error::Unenforceable`] naming the risk
 /// and every backend tried when none qualifies.
 pub fn route(
     tool: &Tool,
@@ -240,12 +254,20 @@ pub fn route(
     ))
 }
 
-/// Why `kind` cannot run `tool` with `caps` at all, whatever the host.
+/// Why `kind` cannot run `tool` with `caps` at all, whatever the host (see the table in the
+/// module docs).
 fn cannot_run(kind: BackendKind, tool: &Tool, caps: &Caps) -> Option<&'static str> {
     let image = caps.container.is_some();
     match (kind, tool) {
-        (BackendKind::Wasm, Tool::Wasm { .. }) if !image => None,
-        (BackendKind::Wasm, _) => Some("runs only WebAssembly modules without an image"),
+        (BackendKind::Wasm, _) if image => Some("does not run an image"),
+        (BackendKind::Wasm, Tool::Wasm { .. }) => None,
+        (BackendKind::Wasm, Tool::Script { language, .. }) => match language {
+            ScriptLanguage::Python | ScriptLanguage::Javascript => None,
+            ScriptLanguage::Sh => Some("runs no sh scripts (there is no WASI shell)"),
+        },
+        (BackendKind::Wasm, Tool::Command { .. }) => {
+            Some("runs WebAssembly modules and Python/JavaScript scripts, not host commands")
+        }
         (BackendKind::Container, Tool::Wasm { .. }) => Some("does not run WebAssembly modules"),
         (BackendKind::Container, _) if !image => Some("needs an image (caps.container)"),
         (BackendKind::Process, _) if image => Some("cannot run an image"),
@@ -257,7 +279,6 @@ fn cannot_run(kind: BackendKind, tool: &Tool, caps: &Caps) -> Option<&'static st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::ScriptLanguage;
 
     fn all_available(_: BackendKind) -> BackendOffer {
         BackendOffer::Available
@@ -321,6 +342,66 @@ mod tests {
             allow_weaker: true,
         };
         assert!(route(&cmd, &caps, None, &only_process, all_available).is_err());
+    }
+
+    #[test]
+    fn compute_risk_python_and_javascript_scripts_go_to_wasm() {
+        let caps = Caps::new();
+        for language in [ScriptLanguage::Python, ScriptLanguage::Javascript] {
+            let script = Tool::script(language, "1");
+            let r = route(
+                &script,
+                &caps,
+                Some(Risk::Compute),
+                &RoutePolicy::default(),
+                all_available,
+            )
+            .expect("route");
+            assert_eq!(r.backend, BackendKind::Wasm, "{language}: {}", r.reason);
+        }
+        // Without the WASI interpreter (the caller's offer for this tool says so), the
+        // chain falls back to the process sandbox and says why.
+        let no_interpreter = |kind: BackendKind| match kind {
+            BackendKind::Wasm => BackendOffer::Unavailable("python.wasm is missing".into()),
+            _ => BackendOffer::Available,
+        };
+        let python = Tool::script(ScriptLanguage::Python, "1");
+        let r = route(
+            &python,
+            &caps,
+            Some(Risk::Compute),
+            &RoutePolicy::default(),
+            no_interpreter,
+        )
+        .expect("route");
+        assert_eq!(r.backend, BackendKind::Process);
+        assert!(r.reason.contains("python.wasm is missing"), "{}", r.reason);
+        // Shell scripts and commands have no WASI runner; an image keeps wasm out too.
+        for tool in [
+            Tool::script(ScriptLanguage::Sh, "true"),
+            Tool::command(["true"]),
+        ] {
+            let r = route(
+                &tool,
+                &caps,
+                Some(Risk::Compute),
+                &RoutePolicy::default(),
+                all_available,
+            )
+            .expect("route");
+            assert_eq!(r.backend, BackendKind::Process, "{}", r.reason);
+            assert!(r.reason.contains("wasm: runs"), "{}", r.reason);
+        }
+        let imaged = Caps::new().image("docker-archive:/x.tar");
+        let r = route(
+            &python,
+            &imaged,
+            Some(Risk::Compute),
+            &RoutePolicy::default(),
+            all_available,
+        )
+        .expect("route");
+        assert_eq!(r.backend, BackendKind::Container, "{}", r.reason);
     }
 
     #[test]

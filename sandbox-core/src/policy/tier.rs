@@ -12,6 +12,16 @@
 //! allowed in every tier; so is each run's private `/tmp`. Secrets are `high` only. An
 //! embedder defines its own tiers by filling in a [`Tier`]. [`Tier::check`] returns what a
 //! request asks for beyond its tier; an empty list means the tier allows it.
+//!
+//! A tier decides on the host path a grant *binds*, not the one it names: `--ro-follow
+//! /tmp/x/link` with `link -> /etc` is a read of `/etc`. The check itself touches no file
+//! system, so it is given grants already resolved on the host and pinned there
+//! ([`crate::grant::pin`], the resolution every backend applies: each component looked up
+//! without following symlinks, and `canonicalize` for a grant that follows them); the
+//! `strata` facade pins every run's grants before its tier is checked and runs the pinned
+//! grants, so the path checked is the path bound. Given a grant that still follows
+//! symlinks (not pinned), a tier that limits paths cannot know where it leads and lists
+//! it as a [`Need`]; [`Tier::check_on_host`] resolves and checks in one call.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -20,6 +30,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::caps::{Access, Caps, Net};
+use crate::grant::{self, HostLookup, Pinned};
 use crate::tool::{ScriptLanguage, Tool};
 
 /// A ceiling on what runs may ask for. `rank` orders tiers for delegation (a higher rank is
@@ -171,13 +182,27 @@ impl Tier {
     /// Everything `tool` with `caps` asks for beyond this tier, in a stable order. Empty
     /// when the tier allows the request. Assumes `caps` passed [`Caps::validate`] (host
     /// paths absolute).
+    ///
+    /// Host paths are decided as written (after removing `.` and `..` lexically): give
+    /// caps whose grants were pinned on the host ([`crate::grant::pin`]), or use
+    /// [`Tier::check_on_host`]. A grant that follows symlinks is not pinned, so under a
+    /// tier that limits paths it is a need of its own (`read:PATH` or `write:PATH`,
+    /// saying so) whatever path it names.
     pub fn check(&self, tool: &Tool, caps: &Caps) -> Vec<Need> {
         let mut needs = BTreeSet::new();
         for mount in &caps.mounts {
             let host = lexical(&mount.host);
             let writable = mount.access == Access::ReadWrite;
             let verb = if writable { "write" } else { "read" };
-            if !self.paths.covers(&host) {
+            if mount.follow_symlinks && self.paths != PathScope::Any {
+                needs.insert(Need {
+                    capability: format!("{verb}:{}", host.display()),
+                    detail: format!(
+                        "the grant follows symlinks and was not resolved, so tier {} cannot tell where it leads (resolve it first: grant::pin)",
+                        self.name
+                    ),
+                });
+            } else if !self.paths.covers(&host) {
                 needs.insert(Need {
                     capability: format!("{verb}:{}", host.display()),
                     detail: format!("tier {} grants only {}", self.name, self.paths),
@@ -218,6 +243,26 @@ impl Tier {
             });
         }
         needs.into_iter().collect()
+    }
+}
+
+impl Tier {
+    /// [`Tier::check`] on `caps` with its grants resolved on `host` and pinned first
+    /// ([`crate::grant::pin`]): each need names the path the grant would bind. Returns the
+    /// pinned caps too: run those, so the paths checked are the paths bound (a symlink
+    /// swapped in later refuses the run instead of redirecting it).
+    ///
+    /// # Errors
+    /// As [`crate::grant::pin`]: [`crate::Error::InvalidRequest`] for a grant that does not
+    /// exist or holds a symlink it does not follow (no backend would run it either).
+    pub fn check_on_host<H: HostLookup + ?Sized>(
+        &self,
+        tool: &Tool,
+        caps: &Caps,
+        host: &H,
+    ) -> crate::Result<(Vec<Need>, Pinned)> {
+        let pinned = grant::pin(caps, host)?;
+        Ok((self.check(tool, &pinned.caps), pinned))
     }
 }
 
@@ -370,6 +415,121 @@ mod tests {
             "wasm"
         );
         assert_eq!(program_name(&Tool::command(["/usr/bin/env", "x"])), "env");
+    }
+
+    /// A host where `/tmp/x/link -> /etc`, `/tmp/x/ok -> /tmp/real` and `/tmp/x/hop ->
+    /// /tmp/x/link` are symlinks; everything else named is a directory.
+    struct LinkHost;
+
+    impl LinkHost {
+        fn link(path: &Path) -> Option<&'static str> {
+            match path.to_str()? {
+                "/tmp/x/link" => Some("/etc"),
+                "/tmp/x/ok" => Some("/tmp/real"),
+                "/tmp/x/hop" => Some("/tmp/x/link"),
+                _ => None,
+            }
+        }
+    }
+
+    impl HostLookup for LinkHost {
+        fn entry(&self, path: &Path) -> std::io::Result<grant::EntryKind> {
+            if LinkHost::link(path).is_some() {
+                return Ok(grant::EntryKind::Symlink);
+            }
+            match path.to_str() {
+                Some("/" | "/tmp" | "/tmp/x" | "/tmp/real" | "/etc" | "/etc/ssl") => {
+                    Ok(grant::EntryKind::Dir)
+                }
+                _ => Err(std::io::ErrorKind::NotFound.into()),
+            }
+        }
+        fn link_target(&self, path: &Path) -> std::io::Result<PathBuf> {
+            LinkHost::link(path)
+                .map(PathBuf::from)
+                .ok_or_else(|| std::io::ErrorKind::InvalidInput.into())
+        }
+        fn canonicalize(&self, path: &Path) -> std::io::Result<PathBuf> {
+            let mut out = PathBuf::from("/");
+            for part in path.components().skip(1) {
+                out.push(part);
+                while let Some(target) = LinkHost::link(&out) {
+                    out = PathBuf::from(target);
+                }
+                self.entry(&out)?;
+            }
+            Ok(out)
+        }
+    }
+
+    fn follow(host: &str, access: Access) -> Caps {
+        caps().with_mount(crate::Mount::new(host.into(), "/data".into(), access).follow_symlinks())
+    }
+
+    #[test]
+    fn a_followed_symlink_from_tmp_into_etc_is_checked_where_it_leads() {
+        let cat = Tool::command(["cat"]);
+        // `strata run --tier low --ro-follow /tmp/x/link` with link -> /etc: a read of /etc.
+        for path in ["/tmp/x/link", "/tmp/x/hop"] {
+            let (needs, pinned) = Tier::low()
+                .check_on_host(&cat, &follow(path, Access::ReadOnly), &LinkHost)
+                .expect("resolves");
+            assert_eq!(names(&needs), ["read:/etc"], "{path}");
+            assert_eq!(pinned.caps.mounts[0].host, PathBuf::from("/etc"));
+            assert_eq!(pinned.followed[0].requested, PathBuf::from(path));
+        }
+        // Below the link too.
+        let (needs, _) = Tier::low()
+            .check_on_host(
+                &cat,
+                &follow("/tmp/x/link/ssl", Access::ReadOnly),
+                &LinkHost,
+            )
+            .expect("resolves");
+        assert_eq!(names(&needs), ["read:/etc/ssl"]);
+        // A link that stays inside the tier's paths is allowed, and what runs is pinned:
+        // the resolved path, no longer following symlinks.
+        let (needs, pinned) = Tier::low()
+            .check_on_host(&cat, &follow("/tmp/x/ok", Access::ReadOnly), &LinkHost)
+            .expect("resolves");
+        assert!(needs.is_empty(), "{needs:?}");
+        let mount = &pinned.caps.mounts[0];
+        assert_eq!(mount.host, PathBuf::from("/tmp/real"));
+        assert_eq!(mount.guest, PathBuf::from("/data"));
+        assert!(!mount.follow_symlinks);
+        // A higher tier allows the read of /etc; the pinned grant binds /etc itself.
+        let (needs, pinned) = Tier::high()
+            .check_on_host(&cat, &follow("/tmp/x/link", Access::ReadWrite), &LinkHost)
+            .expect("resolves");
+        assert!(needs.is_empty());
+        assert_eq!(pinned.caps.mounts[0].host, PathBuf::from("/etc"));
+    }
+
+    #[test]
+    fn a_symlink_in_a_plain_grant_under_a_tier_is_refused_before_the_tier_decides() {
+        let err = Tier::low()
+            .check_on_host(
+                &Tool::command(["cat"]),
+                &caps().read_only("/tmp/x/link/ssl"),
+                &LinkHost,
+            )
+            .expect_err("a plain grant does not follow its symlink");
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidRequest);
+        assert!(
+            err.to_string().contains("/tmp/x/link is a symlink"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unresolved_grant_that_follows_symlinks_is_a_need_under_a_scoped_tier() {
+        let cat = Tool::command(["cat"]);
+        let needs = Tier::low().check(&cat, &follow("/tmp/x/link", Access::ReadOnly));
+        assert_eq!(names(&needs), ["read:/tmp/x/link"]);
+        assert!(needs[0].detail.contains("follows symlinks"), "{needs:?}");
+        assert!(Tier::high()
+            .check(&cat, &follow("/tmp/x/link", Access::ReadOnly))
+            .is_empty());
     }
 
     #[test]

@@ -89,8 +89,12 @@ __all__ = [
     "verify_audit",
 ]
 
-#: An approver: gets an elevation request dict, returns ``True`` (grant one run within 10
-#: minutes), a dict ``{"ttl": seconds, "runs": n}`` (grant), or ``False``/``None`` (refuse).
+#: An approver: gets an elevation request dict (``agent``, ``tier``, ``tool``, ``needs``:
+#: ``[{"capability", "detail"}]``; ``argv``, the whole command line, or ``script``:
+#: ``{"language", "source", "bytes", "sha256"}``; ``caps``, the run's caps as the tier
+#: checked them, without ``stdin``; ``stdin_bytes``), returns ``True`` (grant one run within
+#: 10 minutes), a dict ``{"ttl": seconds, "runs": n}`` (grant), or ``False``/``None``
+#: (refuse). The request comes from the agent: escape it before showing it on a terminal.
 Approver = Callable[[Mapping[str, Any]], Union[bool, Mapping[str, Any], None]]
 
 #: A tool argument: an argv list or a :class:`Tool`.
