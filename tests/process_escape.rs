@@ -642,7 +642,7 @@ fn grant_swapped_for_a_symlink_between_planning_and_mounting_fails_the_run() {
             stream: None,
         },
         1 << 20,
-        None,
+        supervise::Watches::default(),
         &strata::RunContext::default(),
     )
     .expect("outcome");

@@ -65,5 +65,5 @@ pub mod seccomp {
 
 /// The host side of a run: spawning the helper with a spec and supervising one command.
 pub mod supervise {
-    pub use crate::supervise::{prepare, run, Input, Outcome, Prepared};
+    pub use crate::supervise::{prepare, run, Input, Outcome, Prepared, Watches};
 }

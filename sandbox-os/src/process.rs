@@ -529,8 +529,10 @@ impl ProcessBackend {
             spec.timeout(),
             input,
             limits.output.bytes(),
-            cpu_watch,
-            memory_watch,
+            supervise::Watches {
+                cpu: cpu_watch,
+                memory: memory_watch,
+            },
             ctx,
         )?;
         // Every process of the run is gone (the helper reported it, or was killed): read the

@@ -181,6 +181,15 @@ pub struct MemoryWatch<'a> {
     pub trigger: &'a OwnedFd,
 }
 
+/// What the supervisor watches while the run goes, besides its output and the helper.
+#[derive(Default)]
+pub struct Watches<'a> {
+    /// The run's CPU time against its limit.
+    pub cpu: Option<CpuWatch<'a>>,
+    /// The run's memory pressure.
+    pub memory: Option<MemoryWatch<'a>>,
+}
+
 /// How often the CPU counter is read while a run is going.
 const CPU_CHECK: Duration = Duration::from_millis(100);
 
@@ -194,10 +203,10 @@ pub fn run(
     timeout: Duration,
     stdin: Input<'_>,
     output_limit: u64,
-    cpu: Option<CpuWatch<'_>>,
-    memory: Option<MemoryWatch<'_>>,
+    watches: Watches<'_>,
     ctx: &RunContext,
 ) -> Result<Outcome> {
+    let Watches { cpu, memory } = watches;
     let start = Instant::now();
     let Prepared {
         mut child,
