@@ -18,11 +18,33 @@ trap 'rm -f "$ws" "$sel"' EXIT
 resolved --workspace > "$ws"
 resolved "$@" > "$sel"
 [ -s "$sel" ] || { echo "cannot resolve the dependency tree of: $*"; exit 1; }
-# Lines only in the selection: a crate built with a feature set the workspace build lacks.
-extra="$(comm -13 "$ws" "$sel")"
-if [ -n "$extra" ]; then
+# Per crate (name and version): the feature sets it is built with (a crate can be built
+# twice, for build scripts and for the target). Any difference between the workspace build
+# and the selection can mean a rebuild: a set only the selection has is one for certain;
+# a set only the workspace has may be the one the workspace's target build used (as when
+# the CLI's rmcp turned on typenum's const-generics), which the selection then builds anew.
+diff="$(python3 - "$ws" "$sel" <<'PY'
+import collections, sys
+def load(path):
+    variants = collections.defaultdict(set)
+    for line in open(path):
+        line = line.strip()
+        if not line:
+            continue
+        name, _, rest = line.partition(" [")
+        variants[name].add("[" + rest)
+    return variants
+ws, sel = load(sys.argv[1]), load(sys.argv[2])
+for name in sorted(sel):
+    if name.startswith(("strata", "sandbox-")) or name not in ws:
+        continue
+    if ws[name] != sel[name]:
+        print(f"  {name}: workspace {sorted(ws[name])}, here {sorted(sel[name])}")
+PY
+)"
+if [ -n "$diff" ]; then
   echo "building $* alone resolves these crates differently from the workspace build:"
-  printf '  %s\n' "$extra" | sed 's/^  //; s/^/  /'
+  echo "$diff"
   echo "add the missing features to that package's feature-unification block"
   exit 1
 fi

@@ -63,9 +63,11 @@ cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 
 section "rust: build"
-# The bins alone: the feature set the Python and Node bindings' builds are unified with
-# (scripts/check-build-features.sh), so neither compiles wasmtime again.
-cargo build --release --workspace --bins --quiet
+# Everything once: the binaries (strata, strata-helper, strata-guest-agent, which the Python
+# and Node suites use too) and every test binary, with the one feature set the workspace
+# manifests unify (tokio's test features are on for every build, so `cargo test` and the
+# bindings' builds reuse these artifacts: scripts/check-build-features.sh).
+cargo test --release --workspace --no-run --quiet
 scripts/build-vm-guest.sh  # microVM guest: Debian cloud kernel + initramfs (and qemu-system-x86), cached under .ci/cache/vm
 scripts/fetch-wasm-interpreters.sh  # WASI Python/JS interpreters (PyPI) for the wasm backend's tests
 

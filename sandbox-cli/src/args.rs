@@ -345,6 +345,7 @@ pub struct Request {
 }
 
 /// Where `--backend cluster` runs: `--kubeconfig`, `--namespace`, `--warm-pool`.
+#[cfg_attr(not(feature = "kube"), allow(dead_code))]
 pub struct ClusterTarget {
     pub kubeconfig: Option<PathBuf>,
     pub namespace: String,

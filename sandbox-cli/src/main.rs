@@ -10,9 +10,12 @@
 
 mod approve;
 mod args;
+#[cfg(feature = "kube")]
 mod kube;
+#[cfg(feature = "mcp")]
 mod mcp;
 mod sanitize;
+mod signals;
 
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
@@ -24,7 +27,9 @@ use strata::{doctor, Error, ErrorKind, OutputSink, RunContext, Sandbox, StdinSou
 
 use sanitize::Sanitizer;
 
-use args::{AuditCommand, Cli, Command, KubeCommand, RunArgs};
+#[cfg(feature = "kube")]
+use args::KubeCommand;
+use args::{AuditCommand, Cli, Command, RunArgs};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -64,9 +69,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Audit(AuditCommand::Verify { file, head }) => audit_verify(&file, head.as_deref()),
+        #[cfg(feature = "mcp")]
         Command::Mcp(args) => mcp::main(args),
+        #[cfg(not(feature = "mcp"))]
+        Command::Mcp(_) => not_built("mcp", "strata mcp"),
+        #[cfg(feature = "kube")]
         Command::Kube(KubeCommand::Render(args)) => kube::render_command(&args),
+        #[cfg(feature = "kube")]
         Command::Kube(KubeCommand::Apply(args)) => kube::apply_command(&args),
+        #[cfg(not(feature = "kube"))]
+        Command::Kube(_) => not_built("kube", "strata kube"),
     }
 }
 
@@ -123,6 +135,16 @@ fn error_code(err: &Error) -> ExitCode {
     })
 }
 
+/// A subcommand (or backend) of a cargo feature this binary was built without: exit 2,
+/// naming the feature.
+#[cfg(any(not(feature = "mcp"), not(feature = "kube")))]
+fn not_built(feature: &str, what: &str) -> ExitCode {
+    say(&format!(
+        "{what} is not in this build of strata: rebuild sandbox-cli with the `{feature}` feature (on by default)"
+    ));
+    ExitCode::from(2)
+}
+
 fn fail(err: &Error, json: bool) -> ExitCode {
     if json {
         let _ = writeln!(std::io::stdout(), "{}", error_json(err));
@@ -140,6 +162,10 @@ fn say(message: &str) {
 }
 
 fn run(args: RunArgs) -> ExitCode {
+    // Before anything starts a thread: SIGINT, SIGTERM and SIGHUP cancel the run, so what
+    // it made (cgroups, mounts, a VM's private directory) is removed before the CLI exits.
+    let cancel = strata::CancelToken::new();
+    let stopped = signals::cancel_on_stop(cancel.clone());
     let json = args.json;
     let result_file = args.result_file.clone();
     let request = match args.into_request() {
@@ -164,6 +190,11 @@ fn run(args: RunArgs) -> ExitCode {
     if let Some(path) = &request.audit {
         builder = builder.audit(path);
     }
+    #[cfg(not(feature = "kube"))]
+    if request.cluster.is_some() {
+        return not_built("kube", "--backend cluster");
+    }
+    #[cfg(feature = "kube")]
     if let Some(target) = &request.cluster {
         let mut options =
             sandbox_kube::backend::ClusterOptions::new(&target.namespace, &target.warm_pool);
@@ -196,6 +227,7 @@ fn run(args: RunArgs) -> ExitCode {
     };
     let mut ctx = RunContext {
         risk: request.risk,
+        cancel,
         ..RunContext::default()
     };
     if request.stdin {
@@ -217,6 +249,21 @@ fn run(args: RunArgs) -> ExitCode {
     let result = sandbox.run_with(&request.tool, &request.caps, &ctx);
     if let Some(sink) = &passthrough {
         sink.finish();
+    }
+    if let (Err(Error::Cancelled), Some(signal)) =
+        (&result, stopped.as_ref().and_then(|s| s.signal()))
+    {
+        write_result(
+            request.result_file.as_deref(),
+            &error_json(&Error::Cancelled),
+        );
+        if json {
+            let _ = writeln!(std::io::stdout(), "{}", error_json(&Error::Cancelled));
+        }
+        say(&format!(
+            "stopped by signal {signal}: the run was cancelled and everything it started removed"
+        ));
+        return ExitCode::from(u8::try_from(128 + signal).unwrap_or(255));
     }
     match &result {
         Ok(out) => {

@@ -1352,3 +1352,74 @@ fn an_escape_sequence_in_a_requested_path_reaches_the_terminal_escaped() {
     );
     assert!(screen.contains("refused on the terminal"), "{screen}");
 }
+
+/// The `strata-vm-*` run directories whose owner file names process `pid`.
+fn vm_dirs_of(tmp: &Path, pid: u32) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("strata-vm-"))
+                && std::fs::read_to_string(p.join("owner"))
+                    .is_ok_and(|o| o.split_whitespace().next() == Some(&pid.to_string()))
+        })
+        .collect()
+}
+
+/// Round 3: a run stopped from outside (Ctrl-C, a supervisor's SIGTERM) left a microVM's
+/// `strata-vm-*` directory behind. SIGINT and SIGTERM cancel the run, everything it made is
+/// removed, and the CLI exits 128 + the signal, on the process and microVM backends.
+#[test]
+fn a_stopped_cli_cancels_its_run_and_leaves_no_run_directory() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let built = Command::new(repo.join("scripts/build-vm-guest.sh"))
+        .output()
+        .expect("build-vm-guest.sh");
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (backend, signal) in [("process", libc::SIGINT), ("microvm", libc::SIGTERM)] {
+        let mut child = Command::new(exe())
+            .args(["run", "--backend", backend, "--timeout", "120", "--"])
+            .args(["/bin/sh", "-c", "echo started; sleep 100"])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("TMPDIR", tmp.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn strata");
+        let mut out = child.stdout.take().expect("stdout");
+        let mut first = [0u8; 8];
+        std::io::Read::read_exact(&mut out, &mut first).expect("the tool started");
+        assert_eq!(&first, b"started\n");
+        let pid = child.id();
+        if backend == "microvm" {
+            assert!(
+                !vm_dirs_of(tmp.path(), pid).is_empty(),
+                "no run directory seen"
+            );
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid as libc::pid_t, signal) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "{backend}: the CLI did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
+        assert_eq!(status.code(), Some(128 + signal), "{backend}: {err}");
+        assert!(err.contains("cancelled"), "{backend}: {err}");
+        assert!(
+            vm_dirs_of(tmp.path(), pid).is_empty(),
+            "{backend}: left behind: {:?}",
+            vm_dirs_of(tmp.path(), pid)
+        );
+    }
+}

@@ -1121,21 +1121,25 @@ fn receipt(
             "landlock not enforced: only the mount namespace restricts files",
         ),
         status => {
+            // Landlock is the second wall: the rights an older ABI lacks (refer: 2, truncate:
+            // 3, device ioctls: 5) each guard something the mount layer or the seccomp filter
+            // already holds, so a partial ruleset is stated, not a missing guarantee (and a
+            // strict run is neither refused for it nor carries a gap).
+            let detail = if status == LandlockStatus::PartiallyEnforced {
+                format!(
+                    "partially enforced: this kernel's ABI {} lacks some of the rights of ABI {} (renames across directories, truncate, device ioctls); read-only bind mounts (no write, truncate or rename) and the seccomp filter (ioctls) hold those",
+                    enforced.landlock_abi,
+                    crate::fs_policy::TARGET_ABI as i32
+                )
+            } else {
+                status.describe().to_string()
+            };
             r.enforce(
                 Capability::Fs,
                 Mechanism::Landlock,
                 format!("landlock ABI {}", enforced.landlock_abi),
-                status.describe(),
+                detail,
             );
-            if status == LandlockStatus::PartiallyEnforced {
-                r.gap(
-                    Capability::Fs,
-                    format!(
-                        "landlock ABI {} enforces only part of the requested rights",
-                        enforced.landlock_abi
-                    ),
-                );
-            }
         }
     }
     r.enforce(
@@ -1346,14 +1350,28 @@ fn receipt(
             spec.run.limits.output
         ),
     );
+    let host_writable: Vec<String> = enforced
+        .mounts
+        .iter()
+        .filter(|m| m.writable && m.role == MountRole::Grant)
+        .map(|m| m.target.display().to_string())
+        .collect();
     r.enforce(
         Capability::Disk,
         Mechanism::Tmpfs,
         "tmpfs size",
-        format!(
-            "{} shared by /tmp, /dev/shm and the workdir",
-            sandbox_core::ByteSize(enforced.scratch_bytes)
-        ),
+        if host_writable.is_empty() {
+            format!(
+                "{} shared by /tmp, /dev/shm and the workdir",
+                sandbox_core::ByteSize(enforced.scratch_bytes)
+            )
+        } else {
+            format!(
+                "{} shared by /tmp, /dev/shm and the workdir; the read-write grants ({}) are the host's own directories, written in place and bounded by the host's file system (and each file by the file-size limit), not by this size",
+                sandbox_core::ByteSize(enforced.scratch_bytes),
+                host_writable.join(", ")
+            )
+        },
     );
     if let Some(bytes) = rlimit(enforced, Rlimit::Fsize) {
         r.enforce(

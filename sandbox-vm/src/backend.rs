@@ -950,6 +950,15 @@ impl Backend for MicrovmBackend {
             receipt.gap(cap, reason);
         }
         let inner_ran = inner_result.is_some();
+        if let Some(result) = &inner_result {
+            inner::require_complete(
+                result,
+                ctx.strictness,
+                BackendKind::Microvm,
+                "the guest",
+                proxied,
+            )?;
+        }
         if let Some(result) = inner_result {
             if proxied {
                 inner::merge_proxied(

@@ -308,6 +308,41 @@ pub fn parse_as(
     Ok(InnerResult { status, receipt })
 }
 
+/// Fails closed on a strict run whose layer inside reports a gap (a guarantee it did not
+/// enforce): the tool ran, but its result is withheld, as the process backend withholds a
+/// run whose helper reports less than the spec asked. A best-effort run keeps the gaps in
+/// its receipt. With `proxied` (an allowlist run) the inner sandbox was asked to share the
+/// outer network, whose only peer is the egress proxy: its network gap is what was asked
+/// for (see [`merge_proxied`]), not a missing guarantee.
+///
+/// # Errors
+/// [`Error::Unenforceable`] naming the outer backend, the place and the gaps.
+pub fn require_complete(
+    result: &InnerResult,
+    strictness: sandbox_core::Strictness,
+    outer: BackendKind,
+    place: &str,
+    proxied: bool,
+) -> Result<()> {
+    let gaps: Vec<String> = result
+        .receipt
+        .gaps
+        .iter()
+        .filter(|g| !(proxied && g.capability == Capability::Net))
+        .map(|g| format!("{}: {}", g.capability, g.reason))
+        .collect();
+    if strictness != sandbox_core::Strictness::Strict || gaps.is_empty() {
+        return Ok(());
+    }
+    Err(Error::unenforceable(
+        format!("{outer}: the sandbox inside {place}"),
+        format!(
+            "it reports guarantees it did not enforce ({}); the run's result is withheld (best-effort accepts them as gaps)",
+            gaps.join("; ")
+        ),
+    ))
+}
+
 /// Folds the inner receipt into the VM's: the inner backend becomes the next layer, its
 /// enforcements, gaps and denials are listed with `in the guest:` before their mechanism
 /// or detail.
@@ -349,5 +384,71 @@ pub fn merge_as(outer: &mut Receipt, inner: Receipt, place: &str) {
     }
     if outer.container.is_none() {
         outer.container = inner.container;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::Strictness;
+
+    fn result_with_gap(capability: Capability) -> InnerResult {
+        let mut receipt = Receipt::new(BackendKind::Process, Strictness::Strict);
+        receipt.gap(
+            capability,
+            "landlock ABI 2 enforces only part of the requested rights",
+        );
+        InnerResult {
+            status: ExitStatus::Exited { code: 0 },
+            receipt,
+        }
+    }
+
+    /// Round 3: a strict microVM run whose guest kernel offered only part of what the
+    /// layer inside asked for ran on with a gap. A strict run whose layer inside reports a
+    /// gap is withheld; best effort keeps the gap in the receipt.
+    #[test]
+    fn a_strict_run_whose_layer_inside_reports_a_gap_is_withheld() {
+        let result = result_with_gap(Capability::Fs);
+        let err = require_complete(
+            &result,
+            Strictness::Strict,
+            BackendKind::Microvm,
+            "the guest",
+            false,
+        )
+        .expect_err("withheld");
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
+        assert!(err.to_string().contains("inside the guest"), "{err}");
+        assert!(err.to_string().contains("landlock ABI 2"), "{err}");
+        require_complete(
+            &result,
+            Strictness::BestEffort,
+            BackendKind::Microvm,
+            "the guest",
+            false,
+        )
+        .expect("best effort keeps it as a gap");
+    }
+
+    #[test]
+    fn the_shared_network_of_a_proxied_run_is_not_a_missing_guarantee() {
+        let result = result_with_gap(Capability::Net);
+        require_complete(
+            &result,
+            Strictness::Strict,
+            BackendKind::Cluster,
+            "the pod",
+            true,
+        )
+        .expect("asked for");
+        assert!(require_complete(
+            &result,
+            Strictness::Strict,
+            BackendKind::Cluster,
+            "the pod",
+            false
+        )
+        .is_err());
     }
 }

@@ -693,6 +693,15 @@ impl ClusterBackend {
             receipt.gap(cap, reason);
         }
         let inner_ran = inner_result.is_some();
+        if let Some(result) = &inner_result {
+            inner::require_complete(
+                result,
+                ctx.strictness,
+                BackendKind::Cluster,
+                "the pod",
+                peer.is_some(),
+            )?;
+        }
         if let Some(result) = inner_result {
             match &peer {
                 Some(peer) => {
