@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
-# Cold run of /bin/true through the `strata` CLI vs `bwrap --unshare-all` doing the same,
-# in the same hyperfine run (issue: foundation). Prints hyperfine's table and the ratio.
-# Usage: benches/cli_vs_bwrap.sh   (builds the release binaries first)
+# How the `strata` CLI starts (issue 26), in one hyperfine run on one machine:
+#   - a cold `strata run -- /bin/true` vs `bwrap --unshare-all` doing the same (target <= 1.0x),
+#   - `strata --version` vs `/bin/true` (target <= 2x),
+#   - the size of the binary `strata run` executes (target <= 60 MB).
+# Usage: benches/cli_vs_bwrap.sh   (builds the release binaries first; RUNS, default 300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v hyperfine >/dev/null || { echo "hyperfine missing: apt install hyperfine" >&2; exit 1; }
 command -v bwrap >/dev/null || { echo "bwrap missing: apt install bubblewrap" >&2; exit 1; }
-cargo build --release --bins --quiet
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${STRATA_TARGET_DIR:-$HOME/.cache/strata/target}}"
+cargo build --release -p sandbox-cli --bin strata --bin strata-helper --quiet
+strata="$CARGO_TARGET_DIR/release/strata"
+out="$CARGO_TARGET_DIR/cli_vs_bwrap.json"
 links=()
 for l in bin sbin lib lib64; do
   if t=$(readlink "/$l"); then links+=(--symlink "$t" "/$l"); fi
 done
 bwrap_cmd="bwrap --unshare-all --die-with-parent --ro-bind /usr /usr ${links[*]} --proc /proc --dev /dev --tmpfs /tmp /bin/true"
-hyperfine -N --warmup 20 --runs "${RUNS:-300}" --export-json target/cli_vs_bwrap.json \
-  "target/release/strata run --backend process -- /bin/true" \
+hyperfine -N --warmup 20 --runs "${RUNS:-300}" --export-json "$out" \
+  "$strata run --backend process -- /bin/true" \
   "$bwrap_cmd" \
+  "$strata --version" \
   "/bin/true"
-python3 - <<'PY'
-import json
-r = json.load(open("target/cli_vs_bwrap.json"))["results"]
-strata, bwrap, bare = (x["median"] * 1000 for x in r)
-print(f"median: strata CLI {strata:.2f} ms, bwrap {bwrap:.2f} ms, bare /bin/true {bare:.2f} ms")
-print(f"strata CLI is {bwrap / strata:.2f}x faster than bwrap --unshare-all (target >= 4x)")
+python3 - "$out" "$strata" <<'PY'
+import json, os, sys
+r = json.load(open(sys.argv[1]))["results"]
+run, bwrap, version, bare = (x["median"] * 1000 for x in r)
+size = os.path.getsize(sys.argv[2]) / 1e6
+print(f"median: strata run {run:.2f} ms, bwrap {bwrap:.2f} ms, strata --version {version:.2f} ms, /bin/true {bare:.2f} ms")
+print(f"strata run / bwrap --unshare-all: {run / bwrap:.2f}x (target <= 1.0x)")
+print(f"strata --version / /bin/true: {version / bare:.2f}x (target <= 2x)")
+print(f"strata binary: {size:.1f} MB (target <= 60 MB)")
 PY

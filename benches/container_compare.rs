@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use strata::{BackendChoice, BackendKind, Caps, ContainerRuntime, Sandbox, Tool};
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
 }
 
 fn docker_bin() -> &'static str {

@@ -48,7 +48,8 @@ fn trivial_module() -> PathBuf {
 }
 
 fn hello_module() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-wasm/tests/fixtures/hello.wat")
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+        .join("sandbox-wasm/tests/fixtures/hello.wat")
 }
 
 fn sandbox() -> Sandbox {

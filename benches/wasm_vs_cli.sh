@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 core="${BENCH_CORE:-1}"
-target="${CARGO_TARGET_DIR:-$root/target}"
+target="${CARGO_TARGET_DIR:-${STRATA_TARGET_DIR:-$HOME/.cache/strata/target}}"
 out="$target/bench-wasm"
 mkdir -p "$out"
 

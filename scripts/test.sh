@@ -4,7 +4,9 @@
 #
 # Compilation is reused, never sources: cargo's target directory lives outside the clone
 # ($STRATA_TARGET_DIR, default ~/.cache/strata/target), so a run after a developer's own
-# build (or an earlier run, in another clone) recompiles only what changed. Everything that
+# build (or an earlier run, in another clone) recompiles only what changed: a new clone's
+# files that match the last recorded build count as built (scripts/source-stamps.sh; the
+# record is void once anything else builds into the target dir). Everything that
 # is not compilation (apt packages, venvs, npm installs, the microVM guest, dockerd) is set
 # up here every time, idempotently. Everything is built once, with the release profile and
 # one feature set, shared by the tests, the Python wheel and the Node addon.
@@ -24,6 +26,9 @@ else
   export CARGO_TARGET_DIR="$root/target"
 fi
 export CARGO_TERM_COLOR=never
+# This clone's microVM guest, named at run time: a test binary reused from a build in
+# another clone must not fall back to that clone's guest (compile-time paths).
+export STRATA_VM_GUEST_DIR="${STRATA_VM_GUEST_DIR:-$root/.ci/cache/vm}"
 mkdir -p "$root/target"
 
 times=()
@@ -47,10 +52,22 @@ summary() {
   printf '%s\n' "${times[@]}"
   printf '%-28s %5d s\n' "total" $((SECONDS - started))
 }
-trap 'status=$?; [ $status -eq 0 ] || { summary; echo "FAILED in section: ${current:-setup} (exit $status)"; }' EXIT
+finish() {
+  local status=$? failed="${current:-setup}"
+  # What was built here was built from the sources hashed at the start (if nothing was
+  # edited meanwhile): the next clone reuses it, pass or fail.
+  scripts/source-stamps.sh commit || true
+  if [ $status -ne 0 ]; then
+    summary
+    echo "FAILED in section: $failed (exit $status)"
+  fi
+}
+trap finish EXIT
 
 section "setup: packages and services"
 echo "cargo target dir: $CARGO_TARGET_DIR"
+scripts/source-stamps.sh restore  # files unchanged since the last recorded build count as built
+scripts/source-stamps.sh record
 scripts/deps.sh test
 if [ -x scripts/start-dockerd.sh ]; then
   scripts/start-dockerd.sh
@@ -58,6 +75,12 @@ fi
 
 section "rust: format and lints"
 cargo fmt --all -- --check
+# Tests find the repository at run time (cargo sets CARGO_MANIFEST_DIR when it runs them):
+# a test binary reused from a build in another clone must not read that clone's files.
+if git grep -n 'env!("CARGO_MANIFEST_DIR")' -- 'tests/*' '*/tests/*' 'benches/*' '*/benches/*'; then
+  echo 'tests and benches must use std::env::var("CARGO_MANIFEST_DIR"), not env!' >&2
+  exit 1
+fi
 # One feature set everywhere: the CLI's defaults include kube and mcp, and its tests use
 # sandbox-kube's fake API server.
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
@@ -72,8 +95,10 @@ scripts/build-vm-guest.sh  # microVM guest: Debian cloud kernel + initramfs (and
 scripts/fetch-wasm-interpreters.sh  # WASI Python/JS interpreters (PyPI) for the wasm backend's tests
 
 section "rust: cargo test"
-cargo test --release --workspace 2>&1 | tee "$root/target/cargo-test.log"
+cargo_status=0
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$root/target/cargo-test.log" || cargo_status=$?
 grep -E "^test result:" "$root/target/cargo-test.log" | awk '{p+=$4; f+=$6; i+=$8} END {printf "cargo test total: %d passed, %d failed, %d ignored\n", p, f, i}'
+[ "$cargo_status" -eq 0 ] || exit "$cargo_status"
 
 if [ -f bindings/python/pyproject.toml ] && [ -x bindings/python/test.sh ]; then
   section "python: pytest"

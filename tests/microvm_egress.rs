@@ -16,7 +16,9 @@ use strata::{
 };
 
 fn guest() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-vm-guest.sh");
+    let script =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("scripts/build-vm-guest.sh");
     let out = Command::new(&script).output().expect("build-vm-guest.sh");
     assert!(
         out.status.success(),

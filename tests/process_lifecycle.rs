@@ -198,6 +198,23 @@ fn default_pool_makes_the_second_run_of_a_shape_warm_and_only_that_shape() {
     assert_eq!((stats.cold_runs, stats.warm_runs), (2, 1), "{stats:?}");
 }
 
+/// Issue 26: on a loaded host, back-to-back runs outpaced the refill each run starts, so
+/// runs found the pool empty and built a second sandbox while the first was still being
+/// built, the two competing for the CPU. A run now takes the sandbox being built: every
+/// run after the first is warm.
+#[test]
+fn back_to_back_runs_take_the_sandbox_being_built_instead_of_building_another() {
+    use strata::Backend;
+    let _serial = serial();
+    let backend = strata::ProcessBackend::with_helper(helper());
+    let (tool, ctx, caps) = (Tool::command(["/bin/true"]), RunContext::default(), Caps::new());
+    for _ in 0..20 {
+        backend.run(&tool, &caps, &ctx).expect("run");
+    }
+    let stats = backend.pool_stats();
+    assert_eq!((stats.cold_runs, stats.warm_runs), (1, 19), "{stats:?}");
+}
+
 #[test]
 fn idle_warm_sandboxes_expire_and_leave_no_processes() {
     use strata::Backend;

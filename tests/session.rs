@@ -348,7 +348,9 @@ fn wasm_session_keeps_files_between_python_calls() {
 
 #[test]
 fn microvm_session_keeps_files_between_calls_in_fresh_guests() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-vm-guest.sh");
+    let script =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("scripts/build-vm-guest.sh");
     let built = std::process::Command::new(&script)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));

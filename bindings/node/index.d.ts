@@ -705,8 +705,9 @@ export interface Receipt {
   strictness: Strictness
   /** Every guarantee in force, e.g. `{ capability: 'fs', kind: 'landlock', mechanism: 'landlock ABI 7', detail: '...' }`. */
   enforced: { capability: Capability; kind: Mechanism; mechanism: string; detail: string }[]
-  /** Guarantees asked for but not enforced (only when not strict). */
-  gaps: { capability: Capability; reason: string }[]
+  /** Guarantees not enforced; `by_request` marks a relaxation the caller asked for
+   * (`net: 'host'`, `protect_host_executed: false`), the only kind a strict run keeps. */
+  gaps: { capability: Capability; reason: string; by_request?: boolean }[]
   /** Denials and limit hits observed during the run. */
   denials: { capability: Capability; detail: string }[]
   /**

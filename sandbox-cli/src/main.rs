@@ -32,6 +32,12 @@ use args::KubeCommand;
 use args::{AuditCommand, Cli, Command, RunArgs};
 
 fn main() -> ExitCode {
+    // `strata --version` answers before anything else is built (clap's whole command tree
+    // included): scripts and health checks call it often.
+    if let Some(version) = version_only() {
+        let _ = writeln!(std::io::stdout(), "{version}");
+        return ExitCode::SUCCESS;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -80,6 +86,14 @@ fn main() -> ExitCode {
         #[cfg(not(feature = "kube"))]
         Command::Kube(_) => not_built("kube", "strata kube"),
     }
+}
+
+/// `strata VERSION` when the only argument is `--version` or `-V` (what clap prints).
+fn version_only() -> Option<String> {
+    let mut args = std::env::args_os().skip(1);
+    let only = args.next()?;
+    (args.next().is_none() && (only == "--version" || only == "-V"))
+        .then(|| format!("strata {}", env!("CARGO_PKG_VERSION")))
 }
 
 /// `strata audit verify`: 0 for an intact log, 1 naming the first bad record, 2 when the

@@ -3,7 +3,7 @@
 //! Needs `strata-helper` next to the `strata` binary (built by `cargo test --workspace`),
 //! and `script` from util-linux for the terminal tests.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -249,6 +249,14 @@ fn bad_arguments_exit_2_with_one_line_and_run_nothing() {
 }
 
 /// `strata` with only `vars` in its environment.
+/// The microVM guest `scripts/build-vm-guest.sh` builds for this clone, named to the CLI
+/// at run time (its compiled-in fallback is the directory of the clone it was built in).
+fn guest_dir(repo: &Path) -> PathBuf {
+    std::env::var_os("STRATA_VM_GUEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join(".ci/cache/vm"))
+}
+
 fn strata_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
     Command::new(exe())
         .args(args)
@@ -871,12 +879,18 @@ fn caps_file_and_result_file_carry_a_run() {
 
 #[test]
 fn microvm_runs_python_and_an_image_from_the_cli() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("..");
     for script in ["scripts/build-vm-guest.sh", "scripts/build-test-images.sh"] {
         let built = Command::new(repo.join(script)).output().expect(script);
         assert!(built.status.success(), "{script}: {}", text(&built.stderr));
     }
-    let path = [("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")];
+    let guest = guest_dir(&repo);
+    let path = [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"),
+        ("STRATA_VM_GUEST_DIR", guest.to_str().expect("utf-8")),
+    ];
     let out = strata_with_env(
         &[
             "run",
@@ -1374,7 +1388,9 @@ fn vm_dirs_of(tmp: &Path, pid: u32) -> Vec<std::path::PathBuf> {
 /// removed, and the CLI exits 128 + the signal, on the process and microVM backends.
 #[test]
 fn a_stopped_cli_cancels_its_run_and_leaves_no_run_directory() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("..");
     let built = Command::new(repo.join("scripts/build-vm-guest.sh"))
         .output()
         .expect("build-vm-guest.sh");
@@ -1387,6 +1403,7 @@ fn a_stopped_cli_cancels_its_run_and_leaves_no_run_directory() {
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
             .env("TMPDIR", tmp.path())
+            .env("STRATA_VM_GUEST_DIR", guest_dir(&repo))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

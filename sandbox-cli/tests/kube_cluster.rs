@@ -14,7 +14,8 @@ const NS: &str = "agents";
 
 fn pinned() -> Pinned {
     let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sandbox-kube/tests/data/agent-sandbox");
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("../sandbox-kube/tests/data/agent-sandbox");
     Pinned::load(&dir).unwrap_or_else(|e| panic!("pinned data in {}: {e}", dir.display()))
 }
 

@@ -14,8 +14,10 @@ fn pinned() -> Pinned {
     let dir = std::env::var_os("STRATA_AGENT_SANDBOX_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../sandbox-kube/tests/data/agent-sandbox")
+            PathBuf::from(
+                std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+            )
+            .join("../sandbox-kube/tests/data/agent-sandbox")
         });
     Pinned::load(&dir).unwrap_or_else(|e| panic!("pinned data in {}: {e}", dir.display()))
 }

@@ -969,7 +969,7 @@ fn receipt(
         format!("{} noexec,nosuid,nodev", limits.disk),
     );
     match host.network_mode.as_deref() {
-        Some("host") => r.gap(
+        Some("host") => r.gap_by_request(
             Capability::Net,
             "host network shared (net: host, unrestricted by request)",
         ),

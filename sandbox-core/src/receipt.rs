@@ -229,6 +229,17 @@ impl Receipt {
         self.gaps.push(Gap {
             capability,
             reason: reason.into(),
+            by_request: false,
+        });
+    }
+
+    /// Records a gap the caller asked for (a relaxation such as `net: host`): stated like
+    /// any gap, and not a reason for a strict run to fail.
+    pub fn gap_by_request(&mut self, capability: Capability, reason: impl Into<String>) {
+        self.gaps.push(Gap {
+            capability,
+            reason: reason.into(),
+            by_request: true,
         });
     }
 
@@ -449,6 +460,11 @@ pub struct Gap {
     pub capability: Capability,
     /// Why.
     pub reason: String,
+    /// The caller asked for it (a relaxation such as `net: host` or
+    /// `protect_host_executed: false`) rather than the sandbox lacking the means. A strict
+    /// run refuses only the other kind. Default `false`; left out of JSON when `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_request: bool,
 }
 
 /// Something the sandbox refused or cut off during the run.

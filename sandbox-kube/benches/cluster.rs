@@ -36,7 +36,10 @@ fn target_dir() -> std::path::PathBuf {
 
 fn cluster(c: &mut Criterion) {
     let pinned = Pinned::load(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent-sandbox"),
+        std::path::Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+        )
+        .join("tests/data/agent-sandbox"),
     )
     .expect("pinned data");
     let server = FakeApiServer::start(

@@ -30,7 +30,9 @@ fn the_copy_in_the_repository_is_the_pinned_data_unchanged() {
         );
     }
     let used = common::pinned_dir();
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/k8s/agent-sandbox");
+    let shared =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("../../shared/k8s/agent-sandbox");
     let mut compared = false;
     for other in [used, shared] {
         if !other.is_dir() || other.canonicalize().ok() == copy.canonicalize().ok() {

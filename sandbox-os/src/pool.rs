@@ -129,6 +129,10 @@ pub fn build(
     Ok(Warm { prepared, cgroup })
 }
 
+/// How long a run waits for a sandbox of its shape that is being built before it builds its
+/// own: 2 s (a build takes milliseconds; this bounds a build that hangs).
+pub const BUILD_WAIT: Duration = Duration::from_secs(2);
+
 /// What a refill needs to build sandboxes on its own thread.
 #[derive(Clone, Debug)]
 pub struct Recipe {
@@ -151,6 +155,8 @@ struct Idle {
 struct Shape {
     idle: Vec<Idle>,
     building: usize,
+    /// Runs waiting for one of the sandboxes being built.
+    waiting: usize,
     /// Runs of this shape in flight now.
     in_flight: usize,
     /// Most runs in flight at once recently, and when that was last seen.
@@ -242,8 +248,8 @@ impl Pool {
     }
 
     /// Registers a run of shape `key` and takes an idle sandbox of that shape, if one is
-    /// ready. The lease counts the run as in flight (the demand the pool sizes itself by)
-    /// until dropped.
+    /// ready or being built (waiting for it up to [`BUILD_WAIT`]). The lease counts the run
+    /// as in flight (the demand the pool sizes itself by) until dropped.
     pub fn take(self: &Arc<Self>, key: &str) -> (Option<Warm>, Lease) {
         let lease = Lease {
             pool: Arc::clone(self),
@@ -262,7 +268,37 @@ impl Pool {
             shape.peak_at = Some(now);
         }
         // Most recently built first: the oldest idle sandboxes are the ones to expire.
-        let warm = shape.idle.pop().map(|idle| idle.warm);
+        let mut warm = shape.idle.pop().map(|idle| idle.warm);
+        // None idle but one being built (back-to-back runs outpace the refill that the
+        // previous run started): waiting costs the rest of that build, where building
+        // another costs a whole one that competes with it for the CPU, the slow path of a
+        // loaded host. One waiter per build in progress; a failed build wakes its waiter,
+        // which then builds its own.
+        let deadline = now + BUILD_WAIT;
+        while warm.is_none() {
+            if state.closed {
+                break;
+            }
+            let Some(shape) = state.shapes.get_mut(key) else {
+                break;
+            };
+            if shape.building <= shape.waiting {
+                break;
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            shape.waiting += 1;
+            state = match self.wake.wait_timeout(state, left) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+            let Some(shape) = state.shapes.get_mut(key) else {
+                break;
+            };
+            shape.waiting -= 1;
+            warm = shape.idle.pop().map(|idle| idle.warm);
+        }
         match warm {
             Some(_) => state.stats.warm_runs += 1,
             None => state.stats.cold_runs += 1,

@@ -1034,7 +1034,7 @@ pub fn host_executed_receipt(r: &mut Receipt, mounts: &[MountSpec], protect: boo
         return;
     }
     if !protect {
-        r.gap(
+        r.gap_by_request(
             Capability::Fs,
             "host-executed paths in writable grants (.git/hooks, .envrc, ...) are writable (protect_host_executed: false, by request)",
         );
@@ -1163,7 +1163,7 @@ fn receipt(
             "empty network namespace",
             "loopback only",
         ),
-        NetMode::Host => r.gap(
+        NetMode::Host => r.gap_by_request(
             Capability::Net,
             "host network shared (net: host, unrestricted by request)",
         ),

@@ -309,7 +309,7 @@ pub fn parse_as(
 }
 
 /// Fails closed on a strict run whose layer inside reports a gap (a guarantee it did not
-/// enforce): the tool ran, but its result is withheld, as the process backend withholds a
+/// enforce; gaps the caller asked for, [`sandbox_core::Gap::by_request`], do not count): the tool ran, but its result is withheld, as the process backend withholds a
 /// run whose helper reports less than the spec asked. A best-effort run keeps the gaps in
 /// its receipt. With `proxied` (an allowlist run) the inner sandbox was asked to share the
 /// outer network, whose only peer is the egress proxy: its network gap is what was asked
@@ -328,7 +328,7 @@ pub fn require_complete(
         .receipt
         .gaps
         .iter()
-        .filter(|g| !(proxied && g.capability == Capability::Net))
+        .filter(|g| !(g.by_request || (proxied && g.capability == Capability::Net)))
         .map(|g| format!("{}: {}", g.capability, g.reason))
         .collect();
     if strictness != sandbox_core::Strictness::Strict || gaps.is_empty() {
@@ -450,5 +450,27 @@ mod tests {
             false
         )
         .is_err());
+    }
+    /// A strict session grants its workspace with `protect_host_executed: false`: the layer
+    /// inside states that as a gap the caller asked for, which does not withhold the run.
+    #[test]
+    fn a_gap_the_caller_asked_for_does_not_withhold_a_strict_run() {
+        let mut receipt = Receipt::new(BackendKind::Process, Strictness::Strict);
+        receipt.gap_by_request(
+            Capability::Fs,
+            "host-executed paths in writable grants are writable (by request)",
+        );
+        let result = InnerResult {
+            status: ExitStatus::Exited { code: 0 },
+            receipt,
+        };
+        require_complete(
+            &result,
+            Strictness::Strict,
+            BackendKind::Microvm,
+            "the guest",
+            false,
+        )
+        .expect("asked for");
     }
 }

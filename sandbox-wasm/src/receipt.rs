@@ -124,7 +124,7 @@ pub(crate) fn enforced(
     );
     let writable = plan.preopens.iter().any(|p| p.access == Access::ReadWrite);
     if writable && !caps.protect_host_executed {
-        r.gap(Capability::Fs, HOST_EXECUTED_WRITABLE);
+        r.gap_by_request(Capability::Fs, HOST_EXECUTED_WRITABLE);
     } else if writable && !plan.gaps.iter().any(|(c, _)| *c == Capability::Fs) {
         r.enforce(
             Capability::Fs, Mechanism::Wasm,
@@ -160,7 +160,7 @@ pub(crate) fn enforced(
                 ),
             );
         }
-        NetPlan::Host => r.gap(
+        NetPlan::Host => r.gap_by_request(
             Capability::Net,
             "host network shared (net: host, unrestricted by request): WASI TCP, UDP and name lookup allowed",
         ),

@@ -204,7 +204,8 @@ impl PyReceipt {
         json_to_py(py, &serialize(py, &self.receipt.enforced)?)
     }
 
-    /// Guarantees asked for but not enforced (best-effort only): `{"capability", "reason"}`.
+    /// Guarantees not enforced: `{"capability", "reason", "by_request"?}`; `by_request`
+    /// (true) marks a relaxation the caller asked for, the only kind a strict run keeps.
     #[getter]
     fn gaps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         json_to_py(py, &serialize(py, &self.receipt.gaps)?)

@@ -14,7 +14,8 @@ pub fn pinned_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(DIR_ENV) {
         return PathBuf::from(dir);
     }
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let manifest =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let shared = manifest.join("../../shared/k8s/agent-sandbox");
     if shared.is_dir() {
         return shared;
@@ -24,7 +25,8 @@ pub fn pinned_dir() -> PathBuf {
 
 /// The in-repository copy of the pinned data.
 pub fn copy_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent-sandbox")
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+        .join("tests/data/agent-sandbox")
 }
 
 /// The pinned data, loaded once per test binary.

@@ -13,7 +13,8 @@ use sandbox_wasm::{WasmBackend, WasmConfig};
 pub const CLANG: &str = "clang-14";
 
 fn fixtures_src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
 }
 
 fn fixtures_out() -> PathBuf {
