@@ -4,16 +4,19 @@
 # Cargo decides that a workspace crate is stale when one of its source files is newer than
 # its last build. A fresh clone's files are all new, so every workspace crate would be
 # rebuilt, even when the shared target dir already holds a build of exactly these sources.
-# This script keeps, next to that build, the content hash of every source file it was made
-# from:
+# This script keeps, next to that build, each source file's content hash and mtime as the
+# build saw them:
 #
 #   source-stamps.sh record   hashes the tree (tracked and untracked, not ignored) into a
 #                             pending record; call it before building.
-#   source-stamps.sh commit   after a build: keeps the pending record as the build's, if the
-#                             tree still hashes the same (nothing was edited meanwhile).
+#   source-stamps.sh commit   after the builds: keeps the pending record as the target
+#                             dir's, if the tree still hashes the same with the same mtimes
+#                             (nothing was edited meanwhile).
 #   source-stamps.sh restore  in a new clone: gives every file whose content matches the
-#                             build's record an old mtime, so cargo reuses what was built
-#                             from it. A file that differs keeps its new mtime and is rebuilt.
+#                             record the mtime it had there, so cargo judges each artifact
+#                             exactly as it did in that tree (what was built from this
+#                             content is reused; what was stale there is stale here). A file
+#                             that differs keeps its new mtime and its crate is rebuilt.
 #
 # The record is trusted only while the target dir holds no build newer than it: a build
 # outside this script (a developer's `cargo build` after editing) makes it void, and the
@@ -24,20 +27,33 @@ cd "$(dirname "$0")/.."
 record="$CARGO_TARGET_DIR/.strata-source-stamps"
 pending="$record.pending"
 
-hash_tree() {
-  git ls-files -z --cached --others --exclude-standard \
-    | while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done \
-    | xargs -0 -r sha256sum
+# One line per file: sha256, mtime (s.ns), path. NUL-separated paths in, sorted lines out.
+stamp_tree() {
+  git ls-files -z --cached --others --exclude-standard | python3 -c '
+import hashlib, os, sys
+for raw in sorted(sys.stdin.buffer.read().split(b"\0")):
+    if not raw or b"\n" in raw:
+        continue
+    try:
+        st = os.lstat(raw)
+    except FileNotFoundError:
+        continue
+    if not os.path.isfile(raw) or os.path.islink(raw):
+        continue
+    with open(raw, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    print(digest, f"{st.st_mtime_ns // 10**9}.{st.st_mtime_ns % 10**9:09d}", raw.decode("utf-8", "surrogateescape"))
+'
 }
 
 case "${1:-}" in
   record)
-    hash_tree >"$pending.tmp"
+    stamp_tree >"$pending.tmp"
     mv "$pending.tmp" "$pending"
     ;;
   commit)
     [ -f "$pending" ] || exit 0
-    hash_tree >"$pending.now"
+    stamp_tree >"$pending.now"
     if cmp -s "$pending.now" "$pending"; then
       rm -f "$pending.now"
       mv "$pending" "$record"
@@ -55,19 +71,29 @@ case "${1:-}" in
       rm -f "$record"
       exit 0
     fi
-    # Older than any build: cargo takes a file older than its last build as built.
-    old=946684800  # 2000-01-01
-    matched=0 changed=0
     current=$(mktemp)
     trap 'rm -f "$current"' EXIT
-    hash_tree >"$current"
-    # Lines present in both (same hash, same path) are files the build was made from.
-    while IFS= read -r -d '' f; do
-      touch -h -d "@$old" -- "$f"
-      matched=$((matched + 1))
-    done < <(comm -12 <(sort "$record") <(sort "$current") | cut -c67- | tr '\n' '\0')
-    changed=$(($(wc -l <"$current") - matched))
-    echo "reuse: $matched files as built in $CARGO_TARGET_DIR, $changed new or changed"
+    stamp_tree >"$current"
+    python3 - "$record" "$current" <<'PY'
+import os, sys
+def load(path):
+    out = {}
+    for line in open(path, encoding="utf-8", errors="surrogateescape"):
+        digest, mtime, name = line.rstrip("\n").split(" ", 2)
+        out[name] = (digest, mtime)
+    return out
+recorded, current = load(sys.argv[1]), load(sys.argv[2])
+matched = 0
+for name, (digest, _) in current.items():
+    was = recorded.get(name)
+    if was and was[0] == digest:
+        sec, nsec = was[1].split(".")
+        ns = int(sec) * 10**9 + int(nsec)
+        os.utime(name.encode("utf-8", "surrogateescape"), ns=(ns, ns), follow_symlinks=False)
+        matched += 1
+print(f"reuse: {matched} files as built in {os.environ['CARGO_TARGET_DIR']}, "
+      f"{len(current) - matched} new or changed")
+PY
     ;;
   *)
     echo "usage: $0 record|commit|restore" >&2

@@ -66,9 +66,9 @@ trap finish EXIT
 
 section "setup: packages and services"
 echo "cargo target dir: $CARGO_TARGET_DIR"
+scripts/deps.sh test
 scripts/source-stamps.sh restore  # files unchanged since the last recorded build count as built
 scripts/source-stamps.sh record
-scripts/deps.sh test
 if [ -x scripts/start-dockerd.sh ]; then
   scripts/start-dockerd.sh
 fi
