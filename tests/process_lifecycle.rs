@@ -207,7 +207,11 @@ fn back_to_back_runs_take_the_sandbox_being_built_instead_of_building_another() 
     use strata::Backend;
     let _serial = serial();
     let backend = strata::ProcessBackend::with_helper(helper());
-    let (tool, ctx, caps) = (Tool::command(["/bin/true"]), RunContext::default(), Caps::new());
+    let (tool, ctx, caps) = (
+        Tool::command(["/bin/true"]),
+        RunContext::default(),
+        Caps::new(),
+    );
     for _ in 0..20 {
         backend.run(&tool, &caps, &ctx).expect("run");
     }
