@@ -10,8 +10,8 @@
 #   source-stamps.sh record   hashes the tree (tracked and untracked, not ignored) into a
 #                             pending record; call it before building.
 #   source-stamps.sh commit   after the builds: keeps the pending record as the target
-#                             dir's, if the tree still hashes the same with the same mtimes
-#                             (nothing was edited meanwhile).
+#                             dir's, if every file still has the same content (nothing was
+#                             edited meanwhile), with the later of each file's two mtimes.
 #   source-stamps.sh restore  in a new clone: gives every file whose content matches the
 #                             record the mtime it had there, so cargo judges each artifact
 #                             exactly as it did in that tree (what was built from this
@@ -54,13 +54,29 @@ case "${1:-}" in
   commit)
     [ -f "$pending" ] || exit 0
     stamp_tree >"$pending.now"
-    if cmp -s "$pending.now" "$pending"; then
-      rm -f "$pending.now"
-      mv "$pending" "$record"
-      touch "$record"  # later than every build it covers
+    # Same files, same contents: keep the later mtime of each (a file rewritten with the
+    # same bytes meanwhile, as npm does to package-lock.json; later is never less stale).
+    if python3 - "$pending" "$pending.now" >"$pending.merged" <<'PY'
+import sys
+def load(path):
+    rows = {}
+    for line in open(path, encoding="utf-8", errors="surrogateescape"):
+        digest, mtime, name = line.rstrip("\n").split(" ", 2)
+        rows[name] = (digest, mtime)
+    return rows
+before, after = load(sys.argv[1]), load(sys.argv[2])
+if before.keys() != after.keys() or any(before[n][0] != after[n][0] for n in before):
+    sys.exit(1)
+for name in sorted(after):
+    later = max(before[name][1], after[name][1], key=lambda m: tuple(map(int, m.split("."))))
+    print(after[name][0], later, name)
+PY
+    then
+      rm -f "$pending.now" "$pending"
+      mv "$pending.merged" "$record"  # written now: later than every build it covers
     else
       echo "note: sources changed during the build; the build is not recorded for reuse"
-      rm -f "$pending" "$pending.now" "$record"
+      rm -f "$pending" "$pending.now" "$pending.merged" "$record"
     fi
     ;;
   restore)
