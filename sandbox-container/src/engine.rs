@@ -29,9 +29,9 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 use sandbox_core::{
-    BackendKind, Capability, Caps, ContainerReceipt, ContainerRuntime, ContainerSpec, Error,
-    ExitStatus, LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput,
-    Stream, Tool, STDIN_BUFFER,
+    BackendKind, Capability, Caps, ContainerReceipt, ContainerRuntime, ContainerSpec, EndReason,
+    Error, ExitStatus, LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext,
+    RunOutput, Stream, Tool, STDIN_BUFFER,
 };
 use sandbox_os::backend_api::egress::{self, EgressHost, RunEgress};
 use sandbox_os::backend_api::protocol::{MountRole, MountSpec};
@@ -706,7 +706,7 @@ async fn run_async(
     let deadline = tokio::time::Instant::now() + caps.limits.timeout;
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let (mut out_cut, mut err_cut) = (false, false);
-    let mut killed: Option<&'static str> = None;
+    let mut killed: Option<EndReason> = None;
     let kill = |docker: Docker, id: String| async move {
         let _ = docker
             .kill_container(
@@ -739,23 +739,23 @@ async fn run_async(
                 if keep < bytes.len() && !*cut {
                     *cut = true;
                     if killed.is_none() {
-                        killed = Some("output");
+                        killed = Some(EndReason::Output);
                         kill(docker.clone(), id.clone()).await;
                     }
                 }
             }
             _ = tokio::time::sleep_until(deadline), if killed.is_none() => {
-                killed = Some("wall");
+                killed = Some(EndReason::Wall);
                 kill(docker.clone(), id.clone()).await;
             }
             _ = cancel.notified(), if killed.is_none() => {
-                killed = Some("cancelled");
+                killed = Some(EndReason::Cancelled);
                 kill(docker.clone(), id.clone()).await;
             }
         }
     }
     feeder.abort();
-    if killed == Some("cancelled") || ctx.cancel.is_cancelled() {
+    if killed == Some(EndReason::Cancelled) || ctx.cancel.is_cancelled() {
         return Err(Error::Cancelled);
     }
     let mut wait = docker.wait_container(
@@ -786,9 +786,8 @@ async fn run_async(
         .and_then(|s| s.oom_killed)
         .unwrap_or(false);
     let code = i32::try_from(code).unwrap_or(-1);
-    let limit_hit = match killed {
-        Some("wall") => Some(LimitKind::Wall),
-        Some("output") => Some(LimitKind::Output),
+    let limit_hit = match killed.and_then(EndReason::limit) {
+        Some(limit) => Some(limit),
         _ if oom => Some(LimitKind::Memory),
         _ if code == 128 + libc::SIGXCPU => Some(LimitKind::Cpu),
         _ if code == 128 + libc::SIGXFSZ => Some(LimitKind::FileSize),
@@ -812,22 +811,13 @@ async fn run_async(
         &workdir,
     );
     if out_cut {
-        receipt.deny(
-            Capability::Output,
-            format!("stdout cut at {}", caps.limits.output),
-        );
+        receipt.record_output_cut(Stream::Stdout, &caps.limits);
     }
     if err_cut {
-        receipt.deny(
-            Capability::Output,
-            format!("stderr cut at {}", caps.limits.output),
-        );
+        receipt.record_output_cut(Stream::Stderr, &caps.limits);
     }
     match limit_hit {
-        Some(LimitKind::Wall) => receipt.deny(
-            Capability::Wall,
-            format!("killed after {:?}", caps.limits.timeout),
-        ),
+        Some(kind @ (LimitKind::Wall | LimitKind::Cpu)) => receipt.record_end(kind, &caps.limits),
         Some(LimitKind::Memory) => receipt.deny(
             Capability::Memory,
             format!("killed at the {} memory limit", caps.limits.memory),

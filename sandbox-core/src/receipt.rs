@@ -251,6 +251,41 @@ impl Receipt {
         });
     }
 
+    /// Records the denial of the clock limit that ended the run, worded once for every
+    /// backend: `Wall` (the wall-clock timeout) and `Cpu` (the CPU-time budget), each with
+    /// the limit's value. Other limits carry what the enforcing side measured (OOM kills,
+    /// the memory applied, which stream was cut), so each backend words those; for them
+    /// this records nothing.
+    pub fn record_end(&mut self, limit: crate::LimitKind, limits: &crate::Limits) {
+        match limit {
+            crate::LimitKind::Wall => self.deny(
+                Capability::Wall,
+                format!(
+                    "wall-clock timeout {:?} reached; the run was killed",
+                    limits.timeout
+                ),
+            ),
+            crate::LimitKind::Cpu => self.deny(
+                Capability::Cpu,
+                format!("CPU time {:?} used up; the run was killed", limits.cpu_time),
+            ),
+            _ => {}
+        }
+    }
+
+    /// Records that `stream` was cut at the output cap of `limits`, worded once for every
+    /// backend.
+    pub fn record_output_cut(&mut self, stream: crate::Stream, limits: &crate::Limits) {
+        let name = match stream {
+            crate::Stream::Stdout => "stdout",
+            crate::Stream::Stderr => "stderr",
+        };
+        self.deny(
+            Capability::Output,
+            format!("{name} cut at {}", limits.output),
+        );
+    }
+
     /// The enforcements for one capability.
     pub fn enforced_for(&self, capability: Capability) -> impl Iterator<Item = &Enforcement> {
         self.enforced
@@ -548,5 +583,43 @@ impl Capability {
 impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LimitKind, Limits, Stream};
+
+    /// Issue 28: the wall-time denial had four wordings across backends. Every backend now
+    /// records a clock ending through `record_end`, with the limit's value.
+    #[test]
+    fn a_clock_ending_is_worded_once_with_the_limits_value() {
+        let limits = Limits::default();
+        let mut r = Receipt::new(BackendKind::Process, Strictness::Strict);
+        r.record_end(LimitKind::Wall, &limits);
+        r.record_end(LimitKind::Cpu, &limits);
+        r.record_end(LimitKind::Memory, &limits);
+        r.record_output_cut(Stream::Stderr, &limits);
+        let lines: Vec<(Capability, &str)> = r
+            .denials
+            .iter()
+            .map(|d| (d.capability, d.detail.as_str()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                (
+                    Capability::Wall,
+                    "wall-clock timeout 30s reached; the run was killed"
+                ),
+                (Capability::Cpu, "CPU time 30s used up; the run was killed"),
+                (
+                    Capability::Output,
+                    &*format!("stderr cut at {}", limits.output)
+                ),
+            ],
+            "memory endings carry measured facts and are the backend's to word"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Error, ExitStatus, IdentityReceipt,
     IdentitySource, LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext,
-    RunOutput, RunSpec, Strictness, Tool,
+    RunOutput, RunSpec, Stream, Strictness, Tool,
 };
 
 use crate::identity::{HostIds, IdRange, Registry};
@@ -854,16 +854,10 @@ fn finish(
         );
     }
     if outcome.stdout_truncated {
-        receipt.deny(
-            Capability::Output,
-            format!("stdout cut at {}", limits.output),
-        );
+        receipt.record_output_cut(Stream::Stdout, limits);
     }
     if outcome.stderr_truncated {
-        receipt.deny(
-            Capability::Output,
-            format!("stderr cut at {}", limits.output),
-        );
+        receipt.record_output_cut(Stream::Stderr, limits);
     }
     if outcome.memory_watched {
         receipt.enforce(
@@ -915,14 +909,7 @@ fn finish(
         );
     }
     match limit {
-        Some(LimitKind::Wall) => receipt.deny(
-            Capability::Wall,
-            format!("killed after {:?}", limits.timeout),
-        ),
-        Some(LimitKind::Cpu) => receipt.deny(
-            Capability::Cpu,
-            format!("killed after {:?} of CPU", limits.cpu_time),
-        ),
+        Some(kind @ (LimitKind::Wall | LimitKind::Cpu)) => receipt.record_end(kind, limits),
         Some(LimitKind::FileSize) => receipt.deny(
             Capability::FileSize,
             format!("a file reached {}", limits.file_size),

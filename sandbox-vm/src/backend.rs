@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use sandbox_core::{
     Backend, BackendKind, BackendReport, ByteSize, Capability, Caps, Check, Error, ExitStatus,
-    LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput, Strictness,
-    Tool,
+    LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext, RunOutput, Stream,
+    Strictness, Tool,
 };
 
 use sandbox_os::private::PrivateDir;
@@ -979,17 +979,18 @@ impl Backend for MicrovmBackend {
         }
         match limit_hit {
             _ if inner_ran => {}
-            Some(LimitKind::Wall) => receipt.deny(
-                Capability::Wall,
-                format!(
-                    "timeout {} ms reached; the tool and the VM were killed",
-                    limits.timeout.as_millis()
-                ),
-            ),
-            Some(LimitKind::Output) => receipt.deny(
-                Capability::Output,
-                format!("output cap {} reached; the tool was killed", limits.output),
-            ),
+            Some(kind @ (LimitKind::Wall | LimitKind::Cpu)) => receipt.record_end(kind, limits),
+            Some(LimitKind::Output) => {
+                let cap = limits.output.bytes();
+                for (stream, len) in [
+                    (Stream::Stdout, vm.stdout.len()),
+                    (Stream::Stderr, vm.stderr.len()),
+                ] {
+                    if len as u64 >= cap {
+                        receipt.record_output_cut(stream, limits);
+                    }
+                }
+            }
             Some(LimitKind::Memory) => receipt.deny(
                 Capability::Memory,
                 format!(

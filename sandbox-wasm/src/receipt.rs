@@ -317,16 +317,10 @@ pub(crate) fn status(finished: &Finished) -> ExitStatus {
 pub(crate) fn denials(r: &mut Receipt, finished: &Finished, caps: &Caps, status: &ExitStatus) {
     let limits = &caps.limits;
     if finished.stdout.1 {
-        r.deny(
-            Capability::Output,
-            format!("stdout cut at {}", limits.output),
-        );
+        r.record_output_cut(sandbox_core::Stream::Stdout, limits);
     }
     if finished.stderr.1 {
-        r.deny(
-            Capability::Output,
-            format!("stderr cut at {}", limits.output),
-        );
+        r.record_output_cut(sandbox_core::Stream::Stderr, limits);
     }
     if let Some(asked) = finished.memory_refused {
         r.deny(
@@ -352,19 +346,9 @@ pub(crate) fn denials(r: &mut Receipt, finished: &Finished, caps: &Caps, status:
     }
     match status {
         ExitStatus::Limit {
-            limit: LimitKind::Wall,
+            limit: kind @ (LimitKind::Wall | LimitKind::Cpu),
             ..
-        } => r.deny(
-            Capability::Wall,
-            format!("stopped after {:?}", limits.timeout),
-        ),
-        ExitStatus::Limit {
-            limit: LimitKind::Cpu,
-            ..
-        } => r.deny(
-            Capability::Cpu,
-            format!("stopped after {:?} of CPU", limits.cpu_time),
-        ),
+        } => r.record_end(*kind, limits),
         ExitStatus::Limit {
             limit: LimitKind::Fuel,
             ..

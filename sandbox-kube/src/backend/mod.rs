@@ -712,20 +712,20 @@ impl ClusterBackend {
         }
         match limit_hit {
             _ if inner_ran => {}
-            Some(LimitKind::Wall) => receipt.deny(
-                Capability::Wall,
-                format!(
-                    "timeout {} ms reached; the tool was killed",
-                    caps.limits.timeout.as_millis()
-                ),
-            ),
-            Some(LimitKind::Output) => receipt.deny(
-                Capability::Output,
-                format!(
-                    "output cap {} reached; the tool was killed",
-                    caps.limits.output
-                ),
-            ),
+            Some(kind @ (LimitKind::Wall | LimitKind::Cpu)) => {
+                receipt.record_end(kind, &caps.limits)
+            }
+            Some(LimitKind::Output) => {
+                let cap = caps.limits.output.bytes();
+                for (stream, len) in [
+                    (sandbox_core::Stream::Stdout, vm.stdout.len()),
+                    (sandbox_core::Stream::Stderr, vm.stderr.len()),
+                ] {
+                    if len as u64 >= cap {
+                        receipt.record_output_cut(stream, &caps.limits);
+                    }
+                }
+            }
             _ => {}
         }
         let cap = caps.limits.output.bytes();
