@@ -12,26 +12,8 @@
 //! (which opens grants with `RESOLVE_NO_SYMLINKS`) instead of redirecting it. Runs without
 //! a tier are not touched: their backend resolves their grants as before.
 
-use std::io;
-use std::path::{Path, PathBuf};
-
-use sandbox_core::grant::{self, EntryKind, HostLookup};
+use sandbox_core::grant::{self, RealHost};
 use sandbox_core::{Caps, FollowedGrant, Mount, Result};
-
-/// The real file system, for grant resolution (the same facts the backends read).
-pub(crate) struct HostFs;
-
-impl HostLookup for HostFs {
-    fn entry(&self, path: &Path) -> io::Result<EntryKind> {
-        Ok(std::fs::symlink_metadata(path)?.file_type().into())
-    }
-    fn link_target(&self, path: &Path) -> io::Result<PathBuf> {
-        std::fs::read_link(path)
-    }
-    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
-        std::fs::canonicalize(path)
-    }
-}
 
 /// The caps of a tiered run with their grants pinned on the host.
 pub(crate) struct PinnedRun {
@@ -57,7 +39,7 @@ pub(crate) fn pin_for_tier(tier_caps: &Caps, caps: &Caps) -> Result<PinnedRun> {
                 *mount = done.clone();
                 continue;
             }
-            let resolved = grant::resolve(mount, &HostFs)?;
+            let resolved = grant::resolve(mount, &RealHost)?;
             let done = resolved.pinned(mount);
             if resolved.followed_symlinks {
                 followed.push(FollowedGrant {

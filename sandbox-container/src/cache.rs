@@ -9,6 +9,7 @@
 //! tampered unpack leaves nothing behind. Entries are only ever read afterwards: runs
 //! mount them as the read-only lower layer of an overlay.
 
+use sandbox_core::SetupStage;
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -120,8 +121,13 @@ impl Cache {
         }
         let tmp_dir = self.dir.join("tmp");
         for dir in [&self.dir, &tmp_dir, &self.dir.join(LAYOUT_VERSION)] {
-            create_private_dir(dir)
-                .map_err(|e| Error::setup(format!("create image cache {}", dir.display()), e))?;
+            create_private_dir(dir).map_err(|e| {
+                Error::setup(
+                    SetupStage::Image,
+                    format!("create image cache {}", dir.display()),
+                    e,
+                )
+            })?;
         }
         remove_stale(&tmp_dir);
         let nanos = SystemTime::now()
@@ -130,7 +136,7 @@ impl Cache {
         let work = TempTree(tmp_dir.join(format!("{key}.{}.{nanos}", std::process::id())));
         std::fs::create_dir(&work.0)
             .and_then(|()| std::fs::create_dir(work.0.join("root")))
-            .map_err(|e| Error::setup("create image unpack directory", e))?;
+            .map_err(|e| Error::setup(SetupStage::Image, "create image unpack directory", e))?;
         let root_fd = rustix::fs::openat2(
             rustix::fs::CWD,
             work.0.join("root"),
@@ -138,17 +144,23 @@ impl Cache {
             Mode::empty(),
             ResolveFlags::NO_SYMLINKS,
         )
-        .map_err(|e| Error::setup("open image unpack directory", e.into()))?;
+        .map_err(|e| Error::setup(SetupStage::Image, "open image unpack directory", e.into()))?;
         let mut report = Report::default();
         for (i, layer) in image.layers.iter().enumerate() {
             unpack_one(image, i, layer, &root_fd, self.limits, &mut report)?;
         }
         std::fs::write(work.0.join("complete"), image.id.as_bytes())
-            .map_err(|e| Error::setup("finish image unpack", e))?;
+            .map_err(|e| Error::setup(SetupStage::Image, "finish image unpack", e))?;
         match std::fs::rename(&work.0, &entry) {
             Ok(()) => std::mem::forget(work),
             Err(_) if entry.join("complete").is_file() => {} // another run won; ours is dropped
-            Err(e) => return Err(Error::setup("move unpacked image into the cache", e)),
+            Err(e) => {
+                return Err(Error::setup(
+                    SetupStage::Image,
+                    "move unpacked image into the cache",
+                    e,
+                ))
+            }
         }
         Ok(Rootfs {
             path: canonical(&root)?,
@@ -159,7 +171,7 @@ impl Cache {
 }
 
 fn canonical(path: &Path) -> Result<PathBuf> {
-    std::fs::canonicalize(path).map_err(|e| Error::setup("open cached image", e))
+    std::fs::canonicalize(path).map_err(|e| Error::setup(SetupStage::Image, "open cached image", e))
 }
 
 fn create_private_dir(dir: &Path) -> io::Result<()> {

@@ -14,6 +14,7 @@
 //! Standard input is streamed over the attach connection with bounded buffering
 //! ([`sandbox_core::StdinSource`]); the timeout and cancellation act while it is open.
 
+use sandbox_core::SetupStage;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -858,7 +859,7 @@ fn trust_mount(
     files: &[sandbox_os::backend_api::protocol::FileSpec],
 ) -> Result<(tempfile::TempDir, Mount)> {
     use std::os::unix::fs::PermissionsExt;
-    let setup = |e: std::io::Error| Error::setup("write the run's CA files", e);
+    let setup = |e: std::io::Error| Error::setup(SetupStage::Egress, "write the run's CA files", e);
     let dir = tempfile::Builder::new()
         .prefix("strata-trust")
         .tempdir()

@@ -12,6 +12,7 @@
 //!
 //! gVisor (`runsc`) is refused: its user-space network stack would not see a host socket.
 
+use sandbox_core::SetupStage;
 use std::collections::HashMap;
 use std::net::TcpListener;
 
@@ -202,7 +203,7 @@ pub async fn start_holder(
                 "net: allowlist",
                 format!("entering the container's network namespace needs root ({e}); use the native runtime"),
             ),
-            _ => Error::setup("bind the egress listener in the holder's network namespace", e),
+            _ => Error::setup(SetupStage::Egress, "bind the egress listener in the holder's network namespace", e),
         })?;
     Ok(Holder {
         id: created.id,

@@ -106,7 +106,7 @@ impl Backend for ContainerBackend {
             ));
         };
         caps.validate()?;
-        caps.refuse_root_mount("container")?;
+        caps.refuse_root_mount(sandbox_core::BackendKind::Container)?;
         match container.runtime {
             ContainerRuntime::Native => {
                 let image = self.parsed.open(&container.image)?;

@@ -295,7 +295,7 @@ impl Caps {
     /// Refuses a mount at the guest root `/` (the process, container and microVM backends
     /// own their root; only the wasm backend takes a root grant). `backend` names the
     /// backend in the error.
-    pub fn refuse_root_mount(&self, backend: &str) -> crate::Result<()> {
+    pub fn refuse_root_mount(&self, backend: crate::backend::BackendKind) -> crate::Result<()> {
         crate::validate::no_root_mount(self, backend)
     }
 }

@@ -4,6 +4,7 @@ use std::io;
 
 use crate::backend::BackendKind;
 use crate::output::LimitKind;
+use crate::report::SetupStage;
 
 /// Result alias used across Strata.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -55,7 +56,9 @@ pub enum Error {
     /// Building the sandbox failed at `stage`. Nothing of the tool ran.
     #[error("sandbox setup failed at {stage}: {source}")]
     Setup {
-        /// The step that failed (e.g. `"mount /data"`, `"seccomp"`).
+        /// Which part of building the sandbox failed, typed for callers that branch on it.
+        at: SetupStage,
+        /// The step that failed, in words (e.g. `"mount /data"`, `"seccomp"`).
         stage: String,
         /// The OS error.
         #[source]
@@ -152,9 +155,10 @@ impl Error {
         }
     }
 
-    /// Shorthand for [`Error::Setup`].
-    pub fn setup(stage: impl Into<String>, source: io::Error) -> Self {
+    /// Shorthand for [`Error::Setup`]: `at` is the typed part, `stage` the step in words.
+    pub fn setup(at: SetupStage, stage: impl Into<String>, source: io::Error) -> Self {
         Error::Setup {
+            at,
             stage: stage.into(),
             source,
         }
@@ -180,6 +184,14 @@ impl Error {
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Setup { .. } => ErrorKind::SetupFailed,
             Error::Internal { .. } => ErrorKind::Internal,
+        }
+    }
+
+    /// The typed stage of a setup failure; `None` for every other error.
+    pub fn setup_stage(&self) -> Option<SetupStage> {
+        match self {
+            Error::Setup { at, .. } => Some(*at),
+            _ => None,
         }
     }
 }

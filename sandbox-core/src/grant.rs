@@ -75,6 +75,23 @@ pub trait HostLookup {
     fn canonicalize(&self, path: &Path) -> io::Result<PathBuf>;
 }
 
+/// The real host's file system (`lstat`, `readlink`, `realpath`), the lookup every backend
+/// resolves grants against outside tests.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealHost;
+
+impl HostLookup for RealHost {
+    fn entry(&self, path: &Path) -> io::Result<EntryKind> {
+        Ok(std::fs::symlink_metadata(path)?.file_type().into())
+    }
+    fn link_target(&self, path: &Path) -> io::Result<PathBuf> {
+        std::fs::read_link(path)
+    }
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        std::fs::canonicalize(path)
+    }
+}
+
 /// A grant's host path after resolution.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResolvedGrant {

@@ -99,6 +99,28 @@ pub enum SetupStage {
     Landlock,
     /// Building or installing the seccomp filter.
     Seccomp,
+    /// Host-side preparation: private directories and files, threads, runtimes, identities.
+    Host,
+    /// Fetching, unpacking or opening a container image.
+    Image,
+    /// Preparing granted files: private copies and disk images for a guest, WASI preopens.
+    Grants,
+    /// The egress proxy, its listeners and the run's registration with it.
+    Egress,
+    /// Starting the VMM, or the VMM exiting before the guest was reachable.
+    Vmm,
+    /// Restoring a VM snapshot.
+    Restore,
+    /// Making or saving a VM snapshot.
+    Snapshot,
+    /// The byte channel to the guest or pod agent.
+    AgentChannel,
+    /// The agent's greeting: not ready in time, or speaking another protocol version.
+    AgentReady,
+    /// The agent refused the run request.
+    AgentRun,
+    /// A cluster API step (claiming a sandbox, the template, exec into the pod).
+    Cluster,
 }
 
 impl SetupStage {
@@ -117,6 +139,17 @@ impl SetupStage {
             SetupStage::NoNewPrivs => "no_new_privs",
             SetupStage::Landlock => "landlock",
             SetupStage::Seccomp => "seccomp",
+            SetupStage::Host => "host",
+            SetupStage::Image => "image",
+            SetupStage::Grants => "grants",
+            SetupStage::Egress => "egress",
+            SetupStage::Vmm => "vmm",
+            SetupStage::Restore => "restore",
+            SetupStage::Snapshot => "snapshot",
+            SetupStage::AgentChannel => "agent_channel",
+            SetupStage::AgentReady => "agent_ready",
+            SetupStage::AgentRun => "agent_run",
+            SetupStage::Cluster => "cluster",
         }
     }
 }

@@ -94,7 +94,7 @@ impl RunSpec {
     /// or hold a symlink the grant does not follow.
     pub fn new<H: HostLookup + ?Sized>(caps: &Caps, host: &H) -> Result<RunSpec> {
         caps.validate()?;
-        caps.refuse_root_mount("process")?;
+        caps.refuse_root_mount(crate::backend::BackendKind::Process)?;
         let mut mounts = Vec::new();
         for mount in &caps.mounts {
             grant_mounts(mount, caps, host, &mut mounts)?;

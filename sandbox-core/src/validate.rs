@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::path::{Component, Path};
 
+use crate::backend::BackendKind;
 use crate::caps::{Caps, NetRule};
 use crate::error::{Error, Result};
 use crate::tool::Tool;
@@ -14,7 +15,7 @@ const RESERVED_GUEST_PATHS: [&str; 2] = ["/proc", "/dev"];
 /// Refuses a grant at the guest root `/` for `backend`, whose root is its own (a fresh root
 /// file system, an image, a guest disk). Only the wasm backend takes a root grant, as
 /// `wasmtime run --dir HOST::/` does.
-pub(crate) fn no_root_mount(caps: &Caps, backend: &str) -> Result<()> {
+pub(crate) fn no_root_mount(caps: &Caps, backend: BackendKind) -> Result<()> {
     match caps.mounts.iter().find(|m| m.guest == Path::new("/")) {
         Some(mount) => Err(Error::invalid(format!(
             "mount {} -> /: the {backend} backend's root cannot be a mount; mount below it (only the wasm backend takes a root grant)",
@@ -323,7 +324,8 @@ mod tests {
         let root = Caps::new().mount("/x", "/", Access::ReadOnly);
         root.validate()
             .expect("a root grant is valid caps (the wasm backend takes it)");
-        let err = no_root_mount(&root, "process").expect_err("not for the process backend");
+        let err =
+            no_root_mount(&root, BackendKind::Process).expect_err("not for the process backend");
         assert!(err.to_string().contains("root cannot be a mount"), "{err}");
         assert_invalid(
             &Caps::new()

@@ -2,6 +2,7 @@
 //! [`crate::ProcessBackend`], started on first use on its own runtime thread
 //! (`strata-egress`), and each run's registration with it.
 
+use sandbox_core::SetupStage;
 use std::io;
 use std::net::TcpListener;
 
@@ -119,8 +120,13 @@ impl RunEgress {
                 io::Error::other("the run has no allowlist"),
             ));
         };
-        let own = egress_link::host_addresses()
-            .map_err(|e| Error::setup("list the host's addresses for the egress policy", e))?;
+        let own = egress_link::host_addresses().map_err(|e| {
+            Error::setup(
+                SetupStage::Egress,
+                "list the host's addresses for the egress policy",
+                e,
+            )
+        })?;
         let policy = EgressPolicy::new(rules)?.with_host_addrs(own);
         let budget = Budget {
             max_connections: Some(u64::from(limits.egress_connections)),
@@ -130,7 +136,9 @@ impl RunEgress {
             .iter()
             .map(|s| BoundSecret::new(&s.env, &s.value, &s.hosts))
             .collect::<io::Result<Vec<_>>>()
-            .map_err(|e| Error::setup("make the run's secret placeholders", e))?;
+            .map_err(|e| {
+                Error::setup(SetupStage::Egress, "make the run's secret placeholders", e)
+            })?;
         let placeholders = bound
             .iter()
             .map(|s| (s.env.clone(), s.placeholder.clone()))
@@ -138,7 +146,13 @@ impl RunEgress {
         let grant = host
             .proxy
             .register_with_secrets(policy, budget, bound)
-            .map_err(|e| Error::setup("register the run with the egress proxy", e))?;
+            .map_err(|e| {
+                Error::setup(
+                    SetupStage::Egress,
+                    "register the run with the egress proxy",
+                    e,
+                )
+            })?;
         Ok(RunEgress {
             grant,
             attached: None,
@@ -220,7 +234,9 @@ impl RunEgress {
             let attached = host
                 .proxy
                 .attach_transparent(listener, &self.grant, map.clone())
-                .map_err(|e| Error::setup("serve a transparent egress listener", e))?;
+                .map_err(|e| {
+                    Error::setup(SetupStage::Egress, "serve a transparent egress listener", e)
+                })?;
             self.transparent.push(attached);
         }
         Ok(())
@@ -231,7 +247,7 @@ impl RunEgress {
         let attached = host
             .proxy
             .attach(listener, &self.grant)
-            .map_err(|e| Error::setup("serve the egress listener", e))?;
+            .map_err(|e| Error::setup(SetupStage::Egress, "serve the egress listener", e))?;
         self.attached = Some(attached);
         Ok(())
     }
@@ -246,7 +262,7 @@ impl RunEgress {
         let attached = host
             .proxy
             .attach_unix(listener, &self.grant)
-            .map_err(|e| Error::setup("serve the egress socket", e))?;
+            .map_err(|e| Error::setup(SetupStage::Egress, "serve the egress socket", e))?;
         self.attached = Some(attached);
         Ok(())
     }

@@ -6,7 +6,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use sandbox_core::grant::{EntryKind, HostLookup};
+use sandbox_core::grant::HostLookup;
 use sandbox_core::{Error, Result, RunSpec, ScriptLanguage, Tool};
 
 use crate::protocol::{Command, FileSpec, LinkSpec, MountRole, MountSpec, Spec};
@@ -20,25 +20,7 @@ pub trait HostView: HostLookup {
     fn symlink_target(&self, path: &Path) -> Option<PathBuf>;
 }
 
-/// The real host.
-pub struct RealHost;
-
-impl HostLookup for RealHost {
-    fn entry(&self, path: &Path) -> io::Result<EntryKind> {
-        entry_kind(path)
-    }
-    fn link_target(&self, path: &Path) -> io::Result<PathBuf> {
-        std::fs::read_link(path)
-    }
-    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
-        std::fs::canonicalize(path)
-    }
-}
-
-/// What is at `path` on this host, without following a final symlink (`lstat`).
-fn entry_kind(path: &Path) -> io::Result<EntryKind> {
-    Ok(std::fs::symlink_metadata(path)?.file_type().into())
-}
+pub use sandbox_core::grant::RealHost;
 
 impl HostView for RealHost {
     fn is_dir(&self, path: &Path) -> io::Result<bool> {
@@ -234,6 +216,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::{NetMode, Rlimit};
+    use sandbox_core::grant::EntryKind;
     use sandbox_core::{Access, Caps};
 
     /// A fake host: merged /usr with /bin, /lib, /lib64 and /sbin as symlinks.

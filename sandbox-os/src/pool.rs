@@ -13,6 +13,7 @@
 //! [`PoolSize::Adaptive::total`] are kept across shapes (the oldest goes first). Dropping
 //! the pool kills every idle sandbox (their helpers see the control socket close).
 
+use sandbox_core::SetupStage;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -113,15 +114,15 @@ pub fn build(
                 std::io::Error::other("no id registry"),
             )
         })?;
-        let ids = registry
-            .fresh()
-            .map_err(|e| sandbox_core::Error::setup("allocate a fresh host identity", e))?;
+        let ids = registry.fresh().map_err(|e| {
+            sandbox_core::Error::setup(SetupStage::Identity, "allocate a fresh host identity", e)
+        })?;
         spec.host_ids = Some(ids);
     }
     let cgroup = layout
         .map(|layout| RunCgroup::create(layout, &spec.run.limits))
         .transpose()
-        .map_err(|e| sandbox_core::Error::setup("create run cgroup", e))?;
+        .map_err(|e| sandbox_core::Error::setup(SetupStage::Cgroup, "create run cgroup", e))?;
     if let Some(cg) = &cgroup {
         spec.cgroup_procs = cg.procs_files();
     }

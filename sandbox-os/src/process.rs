@@ -1,5 +1,6 @@
 //! The process backend: a Linux sandbox built by the `strata-helper` binary.
 
+use sandbox_core::SetupStage;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -248,10 +249,13 @@ impl ProcessBackend {
             return Ok(Identity::Embedder);
         };
         match agent {
-            Some(agent) => registry
-                .agent(agent)
-                .map(Identity::Agent)
-                .map_err(|e| Error::setup(format!("host identity of agent {agent}"), e)),
+            Some(agent) => registry.agent(agent).map(Identity::Agent).map_err(|e| {
+                Error::setup(
+                    SetupStage::Identity,
+                    format!("host identity of agent {agent}"),
+                    e,
+                )
+            }),
             None => Ok(Identity::Fresh(registry)),
         }
     }
@@ -720,7 +724,7 @@ fn finish(
                     Some(guarantee) => {
                         Error::unenforceable(guarantee, format!("{stage}: {step}: {message}"))
                     }
-                    None => Error::setup(step, os_error(errno, &message)),
+                    None => Error::setup(stage, step, os_error(errno, &message)),
                 })
             }
             Event::ExecFailed { program, errno } => {
@@ -746,6 +750,7 @@ fn finish(
     let Some(enforced) = enforced.filter(|_| ran) else {
         return Err(match killed_reason {
             Some(EndReason::SetupTimeout) => Error::setup(
+                SetupStage::Processes,
                 "build sandbox",
                 io::Error::new(
                     io::ErrorKind::TimedOut,

@@ -1,6 +1,7 @@
 //! Host side of a run: spawns the helper, feeds stdin, collects capped output, relays
 //! cancellation, and always reaps the helper (nothing is left behind, even on error).
 
+use sandbox_core::SetupStage;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -154,8 +155,13 @@ impl Prepared {
         ports: &[u16],
     ) -> Result<Option<egress_link::Listeners>> {
         match self.egress.take() {
-            Some(link) => egress_link::receive_listeners(&link, timeout, ports)
-                .map_err(|e| Error::setup("receive the egress listeners from the helper", e)),
+            Some(link) => egress_link::receive_listeners(&link, timeout, ports).map_err(|e| {
+                Error::setup(
+                    SetupStage::Egress,
+                    "receive the egress listeners from the helper",
+                    e,
+                )
+            }),
             None => Ok(None),
         }
     }

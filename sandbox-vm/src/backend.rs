@@ -1,5 +1,6 @@
 //! [`MicrovmBackend`]: one freshly booted VM per run.
 
+use sandbox_core::SetupStage;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -258,15 +259,19 @@ impl MicrovmBackend {
         let host = self
             .egress
             .get_or_init(|| sandbox_os::EgressHost::start().map_err(|e| e.to_string()));
-        let host = host
-            .as_ref()
-            .map_err(|e| Error::setup("microvm: egress proxy", std::io::Error::other(e.clone())))?;
+        let host = host.as_ref().map_err(|e| {
+            Error::setup(
+                SetupStage::Egress,
+                "microvm: egress proxy",
+                std::io::Error::other(e.clone()),
+            )
+        })?;
         let mut run = sandbox_os::RunEgress::register(host, &caps.net, &caps.limits)?;
         let socket = dir.join("egress.sock");
         let listener = std::os::unix::net::UnixListener::bind(&socket)
-            .map_err(|e| Error::setup("microvm: egress socket", e))?;
+            .map_err(|e| Error::setup(SetupStage::Egress, "microvm: egress socket", e))?;
         sandbox_os::private::restrict(&socket)
-            .map_err(|e| Error::setup("microvm: egress socket", e))?;
+            .map_err(|e| Error::setup(SetupStage::Egress, "microvm: egress socket", e))?;
         run.attach_unix(host, listener)?;
         Ok(VmEgress {
             run,
@@ -361,9 +366,13 @@ impl MicrovmBackend {
     }
 
     fn tools_disk(artifacts: &GuestArtifacts) -> Result<Disk> {
-        let path = artifacts
-            .tools_image(&Self::store())
-            .map_err(|e| Error::setup("microvm: building the guest tools disk", e))?;
+        let path = artifacts.tools_image(&Self::store()).map_err(|e| {
+            Error::setup(
+                SetupStage::Host,
+                "microvm: building the guest tools disk",
+                e,
+            )
+        })?;
         Ok(Disk {
             path,
             read_only: true,
@@ -438,7 +447,9 @@ impl MicrovmBackend {
                 let slot = snap.dir.join(format!("slot{i}.img"));
                 sandbox_os::private::create(&slot)
                     .and_then(|f| f.set_len(grants::SLOT_CAPACITY))
-                    .map_err(|e| Error::setup("microvm: placeholder disk", e))?;
+                    .map_err(|e| {
+                        Error::setup(SetupStage::Snapshot, "microvm: placeholder disk", e)
+                    })?;
                 disk.path = slot;
             }
             let mut vm = self.vmm.start(&config)?;
@@ -644,7 +655,7 @@ struct Plan {
 }
 
 fn plan(caps: &Caps, strictness: Strictness, layered: bool) -> Result<Plan> {
-    caps.refuse_root_mount("microvm")?;
+    caps.refuse_root_mount(BackendKind::Microvm)?;
     let mut gaps = Vec::new();
     let unenforceable =
         |guarantee: &str, reason: String, gaps: &mut Vec<(Capability, String)>, cap: Capability| {
@@ -746,7 +757,8 @@ impl Backend for MicrovmBackend {
                 ),
             ));
         }
-        let dir = private_dir().map_err(|e| Error::setup("microvm: private temp dir", e))?;
+        let dir = private_dir()
+            .map_err(|e| Error::setup(SetupStage::Host, "microvm: private temp dir", e))?;
         let egress = match &caps.net {
             Net::Allow(_) => Some(self.egress_for(caps, dir.path(), &artifacts)?),
             _ => None,
@@ -891,10 +903,8 @@ impl Backend for MicrovmBackend {
             }
             None => session::run(self.vmm.as_ref(), &config, run_plan, ctx),
         };
-        if let (Err(Error::Setup { stage, .. }), Some(snap)) = (&result, &snapshot) {
-            if stage.contains("not ready") || stage.contains("exited") {
-                // The VMM could not resume this state (a changed QEMU, a damaged file):
-                // the next run makes a new snapshot.
+        if let (Err(error), Some(snap)) = (&result, &snapshot) {
+            if snapshot_is_suspect(error) {
                 snap.discard();
             }
         }
@@ -1309,4 +1319,37 @@ fn which(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
+}
+
+/// Whether a failed run puts the snapshot it restored from in doubt: the VMM could not resume
+/// the state (a changed QEMU, a damaged file) or the agent in it never answered, so the next
+/// run makes a new snapshot rather than failing the same way again.
+fn snapshot_is_suspect(error: &Error) -> bool {
+    matches!(
+        error.setup_stage(),
+        Some(SetupStage::AgentReady | SetupStage::Restore | SetupStage::Vmm)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_is_discarded_only_when_the_vmm_or_agent_could_not_resume_it() {
+        let failed = |at| Error::setup(at, "step", std::io::Error::other("failed"));
+        for at in [SetupStage::AgentReady, SetupStage::Restore, SetupStage::Vmm] {
+            assert!(snapshot_is_suspect(&failed(at)), "{at}");
+        }
+        for at in [
+            SetupStage::AgentChannel,
+            SetupStage::AgentRun,
+            SetupStage::Grants,
+            SetupStage::Host,
+            SetupStage::Egress,
+        ] {
+            assert!(!snapshot_is_suspect(&failed(at)), "{at}");
+        }
+        assert!(!snapshot_is_suspect(&Error::Cancelled));
+    }
 }

@@ -14,6 +14,7 @@
 //! Limits: directories only (a file grant is refused); at most [`MAX_GRANTS`] per run; an
 //! image holds at most [`SLOT_CAPACITY`] bytes.
 
+use sandbox_core::SetupStage;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
@@ -171,6 +172,7 @@ fn open_grant(mount: &Mount) -> Result<OwnedFd> {
             mount.host.display()
         ))),
         Err(e) => Err(Error::setup(
+            SetupStage::Grants,
             format!("microvm: opening grant {}", mount.host.display()),
             e.into(),
         )),
@@ -190,9 +192,15 @@ fn build_image(root: &OwnedFd, host: &Path, image: &Path, headroom: u64) -> Resu
     let mke2fs = find_mke2fs()?;
     let parent = image.parent().unwrap_or(Path::new("."));
     let tree = sandbox_os::private::PrivateDir::new_in(parent, "tree-")
-        .map_err(|e| Error::setup("microvm: a private copy of a grant", e))?;
-    let copied = sandbox_os::tree_copy::copy_tree(root, tree.path(), SLOT_CAPACITY)
-        .map_err(|e| Error::setup(format!("microvm: copying {}", host.display()), e))?;
+        .map_err(|e| Error::setup(SetupStage::Grants, "microvm: a private copy of a grant", e))?;
+    let copied =
+        sandbox_os::tree_copy::copy_tree(root, tree.path(), SLOT_CAPACITY).map_err(|e| {
+            Error::setup(
+                SetupStage::Grants,
+                format!("microvm: copying {}", host.display()),
+                e,
+            )
+        })?;
     // Devices, FIFOs, sockets and entries that changed while copying are left out.
     let (bytes, entries) = (copied.bytes, copied.entries);
     let size = (bytes + bytes / 4 + entries * 4096 + (8 << 20) + headroom)
@@ -206,8 +214,13 @@ fn build_image(root: &OwnedFd, host: &Path, image: &Path, headroom: u64) -> Resu
     }
     let inodes = entries + entries / 4 + 256 + if headroom > 0 { 65536 } else { 0 };
     // The image exists (0600) before mke2fs writes it, so it is never readable by others.
-    sandbox_os::private::create(image)
-        .map_err(|e| Error::setup(format!("microvm: creating {}", image.display()), e))?;
+    sandbox_os::private::create(image).map_err(|e| {
+        Error::setup(
+            SetupStage::Grants,
+            format!("microvm: creating {}", image.display()),
+            e,
+        )
+    })?;
     let out = Command::new(&mke2fs)
         .args(["-q", "-F", "-t", "ext4", "-O", "^has_journal,^resize_inode"])
         .args(["-m", "0", "-E", "root_owner=0:0,lazy_itable_init=1"])
@@ -217,9 +230,10 @@ fn build_image(root: &OwnedFd, host: &Path, image: &Path, headroom: u64) -> Resu
         .arg(format!("{}k", size / 1024))
         .env_clear()
         .output()
-        .map_err(|e| Error::setup("microvm: running mke2fs", e))?;
+        .map_err(|e| Error::setup(SetupStage::Grants, "microvm: running mke2fs", e))?;
     if !out.status.success() {
         return Err(Error::setup(
+            SetupStage::Grants,
             format!("microvm: building the image of {}", host.display()),
             std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
         ));

@@ -9,6 +9,7 @@
 //! [`INPUT_DIR`]): a directory (an OCI layout or a root file system) as its own image, a
 //! file (an image archive, a module) in a directory of its own.
 
+use sandbox_core::SetupStage;
 use std::path::{Path, PathBuf};
 
 use sandbox_core::{
@@ -205,11 +206,13 @@ pub fn input_dir(host: &Path, scratch: &Path) -> Result<PathBuf> {
         return Ok(host.to_path_buf());
     }
     let dir = scratch.join("input");
-    std::fs::create_dir_all(&dir).map_err(|e| Error::setup("microvm: input disk", e))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::setup(SetupStage::Host, "microvm: input disk", e))?;
     let name = host.file_name().unwrap_or_default();
     let to = dir.join(name);
     if std::fs::hard_link(host, &to).is_err() {
-        std::fs::copy(host, &to).map_err(|e| Error::setup("microvm: input disk", e))?;
+        std::fs::copy(host, &to)
+            .map_err(|e| Error::setup(SetupStage::Host, "microvm: input disk", e))?;
     }
     Ok(dir)
 }

@@ -10,6 +10,7 @@
 //! are raw images on `virtio-blk-device`s, read-only ones opened `readonly=on` by QEMU. No
 //! network or other device exists.
 
+use sandbox_core::SetupStage;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -260,14 +261,14 @@ impl Vmm for Qemu {
         let agent_sock = config.dir.join("agent.sock");
         let qmp_sock = config.dir.join("qmp.sock");
         let agent_listener = UnixListener::bind(&agent_sock)
-            .map_err(|e| Error::setup("microvm: agent socket", e))?;
-        let qmp_listener =
-            UnixListener::bind(&qmp_sock).map_err(|e| Error::setup("microvm: QMP socket", e))?;
+            .map_err(|e| Error::setup(SetupStage::Host, "microvm: agent socket", e))?;
+        let qmp_listener = UnixListener::bind(&qmp_sock)
+            .map_err(|e| Error::setup(SetupStage::Host, "microvm: QMP socket", e))?;
         // Owner-only, like everything in the run's directory (the VMM, jailed or not,
         // connects as the embedder's files' owner).
         for sock in [&agent_sock, &qmp_sock] {
             sandbox_os::private::restrict(sock)
-                .map_err(|e| Error::setup("microvm: socket permissions", e))?;
+                .map_err(|e| Error::setup(SetupStage::Host, "microvm: socket permissions", e))?;
         }
         let console = Arc::new(Mutex::new(Tail::new(config.console_cap)));
         let stderr_tail = Arc::new(Mutex::new(Tail::new(16 * 1024)));
@@ -278,7 +279,11 @@ impl Vmm for Qemu {
                     .command(config, &agent_sock, &qmp_sock)
                     .spawn()
                     .map_err(|e| {
-                        Error::setup(format!("microvm: starting {}", self.binary.display()), e)
+                        Error::setup(
+                            SetupStage::Vmm,
+                            format!("microvm: starting {}", self.binary.display()),
+                            e,
+                        )
                     })?;
                 if let Some(out) = child.stdout.take() {
                     drains.push(drain(out, Arc::clone(&console)));
@@ -317,7 +322,9 @@ impl Vmm for Qemu {
                         lock(&outcome).push(summary.as_bytes());
                         result
                     })
-                    .map_err(|e| Error::setup("microvm: starting the jailed VMM", e))?;
+                    .map_err(|e| {
+                        Error::setup(SetupStage::Vmm, "microvm: starting the jailed VMM", e)
+                    })?;
                 VmmProcess::Jailed {
                     thread: Some(thread),
                     cancel,
@@ -339,6 +346,7 @@ impl Vmm for Qemu {
         if let Some(state) = &config.incoming {
             if let Err(e) = instance.begin_incoming(state) {
                 return Err(Error::setup(
+                    SetupStage::Restore,
                     "microvm: restoring the VM snapshot (the VMM exited or did not resume)",
                     std::io::Error::new(e.kind(), format!("{e} ({})", instance.console_tail())),
                 ));
@@ -418,27 +426,35 @@ impl QemuInstance {
     fn accept(&mut self, listener: &UnixListener, timeout: Duration) -> Result<UnixStream> {
         listener
             .set_nonblocking(true)
-            .map_err(|e| Error::setup("microvm: agent socket", e))?;
+            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent socket", e))?;
         let deadline = Instant::now() + timeout;
         loop {
             match listener.accept() {
                 Ok((stream, _)) => {
-                    stream
-                        .set_nonblocking(false)
-                        .map_err(|e| Error::setup("microvm: agent socket", e))?;
+                    stream.set_nonblocking(false).map_err(|e| {
+                        Error::setup(SetupStage::AgentChannel, "microvm: agent socket", e)
+                    })?;
                     return Ok(stream);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(Error::setup("microvm: agent socket", e)),
+                Err(e) => {
+                    return Err(Error::setup(
+                        SetupStage::AgentChannel,
+                        "microvm: agent socket",
+                        e,
+                    ))
+                }
             }
             if self.exited() {
                 return Err(Error::setup(
+                    SetupStage::Vmm,
                     "microvm: QEMU exited before connecting the agent channel",
                     std::io::Error::other(self.console_tail()),
                 ));
             }
             if Instant::now() >= deadline {
                 return Err(Error::setup(
+                    SetupStage::AgentChannel,
                     "microvm: QEMU did not connect the agent channel",
                     std::io::Error::new(std::io::ErrorKind::TimedOut, self.console_tail()),
                 ));
@@ -627,6 +643,7 @@ impl VmInstance for QemuInstance {
     fn save(&mut self, path: &Path) -> Result<()> {
         self.save_state(path).map_err(|e| {
             Error::setup(
+                SetupStage::Snapshot,
                 "microvm: saving the VM snapshot",
                 std::io::Error::new(e.kind(), format!("{e} ({})", self.console_tail())),
             )
@@ -666,6 +683,7 @@ impl VmInstance for QemuInstance {
         })();
         outcome.map_err(|e| {
             Error::setup(
+                SetupStage::Restore,
                 "microvm: restoring the VM snapshot (the VMM exited or did not resume)",
                 std::io::Error::new(e.kind(), format!("{e} ({})", self.console_tail())),
             )

@@ -1,6 +1,7 @@
 //! One run in one freshly booted VM: boot, wait for the agent, hand it the request, relay
 //! output, enforce the wall clock by switching the VM off, and tear everything down.
 
+use sandbox_core::SetupStage;
 use std::io::{ErrorKind as IoKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -113,7 +114,7 @@ pub(crate) fn wait_ready(
 ) -> Result<()> {
     let mut chan = Channel::new(
         vm.agent()
-            .map_err(|e| Error::setup("microvm: agent channel", e))?,
+            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent channel", e))?,
     )?;
     match chan.recv(vm, deadline, ctx)? {
         Recv::Msg(AgentMsg::Ready { version, .. }) => check_version(version),
@@ -136,6 +137,7 @@ fn check_version(version: u32) -> Result<()> {
 
 fn not_ready(vm: &mut dyn VmInstance, timeout: Duration) -> Error {
     Error::setup(
+        SetupStage::AgentReady,
         format!(
             "microvm: the guest agent was not ready within {} s",
             timeout.as_secs()
@@ -164,7 +166,7 @@ fn drive(
     }
     let mut chan = Channel::new(
         vm.agent()
-            .map_err(|e| Error::setup("microvm: agent channel", e))?,
+            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent channel", e))?,
     )?;
     chan.send(&HostMsg::Hello {
         version: PROTOCOL_VERSION,
@@ -217,6 +219,7 @@ fn drive(
             Recv::Msg(AgentMsg::Exit { status }) => break Ending::Agent(status),
             Recv::Msg(AgentMsg::Error { message }) => {
                 return Err(Error::setup(
+                    SetupStage::AgentRun,
                     "microvm: the guest agent refused the run",
                     std::io::Error::other(message),
                 ))
@@ -320,7 +323,7 @@ fn receive_archives(
     let mut files = Vec::new();
     for target in targets {
         let file = sandbox_os::private::create(&target.path)
-            .map_err(|e| Error::setup("microvm: archive file", e))?;
+            .map_err(|e| Error::setup(SetupStage::Host, "microvm: archive file", e))?;
         files.push((file, 0u64, None::<String>, false));
     }
     let deadline = Instant::now() + ARCHIVE_TIMEOUT;
@@ -404,7 +407,7 @@ impl Channel {
     fn new(stream: UnixStream) -> Result<Self> {
         stream
             .set_read_timeout(Some(POLL))
-            .map_err(|e| Error::setup("microvm: agent channel", e))?;
+            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent channel", e))?;
         Ok(Channel {
             stream,
             writer: std::sync::Arc::default(),
@@ -428,7 +431,7 @@ impl Channel {
         let mut stream = self
             .stream
             .try_clone()
-            .map_err(|e| Error::setup("microvm: agent channel", e))?;
+            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent channel", e))?;
         let writer = std::sync::Arc::clone(&self.writer);
         std::thread::Builder::new()
             .name("strata-vm-stdin".into())
@@ -467,7 +470,7 @@ impl Channel {
                 }
                 let _ = write_frame(&mut stream, &writer, &HostMsg::StdinEnd);
             })
-            .map_err(|e| Error::setup("microvm: stdin thread", e))
+            .map_err(|e| Error::setup(SetupStage::Host, "microvm: stdin thread", e))
     }
 
     fn recv(

@@ -14,6 +14,7 @@
 //! tool starts. The guest kernel's address-space layout (KASLR) is shared by every VM of a
 //! snapshot.
 
+use sandbox_core::SetupStage;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
@@ -104,11 +105,11 @@ pub fn get_or_make(
         return Ok(done);
     }
     sandbox_os::private::create_dir_all(store)
-        .map_err(|e| Error::setup("microvm: snapshot store", e))?;
+        .map_err(|e| Error::setup(SetupStage::Snapshot, "microvm: snapshot store", e))?;
     let lock = sandbox_os::private::create(&store.join(format!("{key}.lock")))
-        .map_err(|e| Error::setup("microvm: snapshot lock", e))?;
+        .map_err(|e| Error::setup(SetupStage::Snapshot, "microvm: snapshot lock", e))?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Error::setup("microvm: snapshot lock", e.into()))?;
+        .map_err(|e| Error::setup(SetupStage::Snapshot, "microvm: snapshot lock", e.into()))?;
     if done.complete() {
         return Ok(done);
     }
@@ -116,19 +117,19 @@ pub fn get_or_make(
     let building = Snapshot::at(store.join(format!("{key}.building")));
     let _ = std::fs::remove_dir_all(&building.dir);
     sandbox_os::private::create_dir_all(&building.dir)
-        .map_err(|e| Error::setup("microvm: snapshot directory", e))?;
+        .map_err(|e| Error::setup(SetupStage::Snapshot, "microvm: snapshot directory", e))?;
     let placeholder = sandbox_os::private::create(&building.placeholder)
-        .map_err(|e| Error::setup("microvm: placeholder disk", e))?;
+        .map_err(|e| Error::setup(SetupStage::Snapshot, "microvm: placeholder disk", e))?;
     placeholder
         .set_len(crate::grants::SLOT_CAPACITY)
-        .map_err(|e| Error::setup("microvm: placeholder disk", e))?;
+        .map_err(|e| Error::setup(SetupStage::Snapshot, "microvm: placeholder disk", e))?;
     drop(placeholder);
     if let Err(e) = make(&building) {
         let _ = std::fs::remove_dir_all(&building.dir);
         return Err(e);
     }
     std::fs::rename(&building.dir, &done.dir)
-        .map_err(|e| Error::setup("microvm: publishing the snapshot", e))?;
+        .map_err(|e| Error::setup(SetupStage::Snapshot, "microvm: publishing the snapshot", e))?;
     remove_stale(store, key, shape);
     Ok(done)
 }

@@ -13,7 +13,7 @@ use sandbox_core::{
 use crate::cache::{Loaded, ModuleCache, Prepared};
 use crate::config::WasmConfig;
 use crate::engine;
-use crate::exec::{self, End, RunSpec};
+use crate::exec::{self, End, Exec};
 use crate::executor::Executor;
 use crate::linkers::Linkers;
 use crate::plan::{self, Plan};
@@ -182,7 +182,7 @@ impl Inner {
     ) -> Result<RunOutput> {
         let _slot = self.slot()?;
         let active = self.ticker.active();
-        let mut finished = exec::run(RunSpec {
+        let mut finished = exec::run(Exec {
             engine: &self.linkers.engine,
             prepared,
             program,

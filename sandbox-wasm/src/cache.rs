@@ -5,6 +5,7 @@
 //! remembered with the file's identity (device, inode, size, modification and change times)
 //! and recomputed when any of them changes.
 
+use sandbox_core::SetupStage;
 use std::collections::HashMap;
 use std::fs::{self, Metadata};
 use std::hash::{Hash, Hasher};
@@ -252,7 +253,8 @@ impl ModuleCache {
             }
         }
         let path = fallback_dir.join(format!("{}.{}", hex(&loaded.digest), kind.suffix()));
-        write_private(&path, &artifact).map_err(|e| Error::setup("write precompiled module", e))?;
+        write_private(&path, &artifact)
+            .map_err(|e| Error::setup(SetupStage::Host, "write precompiled module", e))?;
         Ok(path)
     }
 }

@@ -32,6 +32,7 @@
 //!
 //! Preview 1 modules have no socket functions, so all of this concerns components.
 
+use sandbox_core::SetupStage;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -112,8 +113,13 @@ pub(crate) fn guard(plan: &Plan, limits: &Limits) -> Result<Option<Arc<EgressGua
     let NetPlan::Allow { policy, rules } = &plan.net else {
         return Ok(None);
     };
-    let own = sandbox_egress::host::host_addresses()
-        .map_err(|e| Error::setup("list the host's addresses for the egress policy", e))?;
+    let own = sandbox_egress::host::host_addresses().map_err(|e| {
+        Error::setup(
+            SetupStage::Egress,
+            "list the host's addresses for the egress policy",
+            e,
+        )
+    })?;
     Ok(Some(Arc::new(EgressGuard {
         policy: policy.clone().with_host_addrs(own),
         rules: rules.clone(),

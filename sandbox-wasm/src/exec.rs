@@ -87,7 +87,7 @@ fn internal(message: &str) -> Error {
 }
 
 /// Per-run settings taken from the caps and the backend.
-pub(crate) struct RunSpec<'a> {
+pub(crate) struct Exec<'a> {
     pub engine: &'a Engine,
     pub prepared: &'a Prepared,
     pub program: &'a Program,
@@ -102,7 +102,7 @@ pub(crate) struct RunSpec<'a> {
 }
 
 /// Runs the program and reports how it ended.
-pub(crate) fn run(spec: RunSpec<'_>) -> Result<Finished> {
+pub(crate) fn run(spec: Exec<'_>) -> Result<Finished> {
     let started = Instant::now();
     let limits = &spec.caps.limits;
     let stdout = Capture::new(Stream::Stdout, limits.output.bytes(), spec.ctx.sink.clone());

@@ -5,6 +5,7 @@
 //! mapping and limits, and streams frames back (see [`crate::frame`]). An escape from
 //! wasmtime then still meets namespaces, landlock and seccomp; the receipt lists both layers.
 
+use sandbox_core::SetupStage;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -146,7 +147,13 @@ pub(crate) fn run(
     let scratch = tempfile::Builder::new()
         .prefix("strata-wasm-")
         .tempdir()
-        .map_err(|e| Error::setup("create a scratch directory for the layered run", e))?;
+        .map_err(|e| {
+            Error::setup(
+                SetupStage::Host,
+                "create a scratch directory for the layered run",
+                e,
+            )
+        })?;
     let artifact = inner.cache.artifact(&loaded, scratch.path())?;
     let artifact_name = artifact
         .file_name()

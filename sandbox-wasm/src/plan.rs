@@ -11,10 +11,9 @@
 //! mode, which bind them read-only; a read-only grant; or the caller's explicit opt-out),
 //! and carries a gap in its receipt with best-effort.
 
-use std::io;
 use std::path::{Path, PathBuf};
 
-use sandbox_core::grant::{self, EntryKind, HostLookup};
+use sandbox_core::grant;
 use sandbox_core::{Access, Capability, Caps, EgressPolicy, Error, Net, Result, Strictness};
 
 /// One preopened directory.
@@ -27,21 +26,6 @@ pub(crate) struct Preopen {
     pub access: Access,
     /// The caller's host path when the mount followed symlinks to reach `host`.
     pub followed_from: Option<PathBuf>,
-}
-
-/// The real file system, for grant resolution.
-struct Host;
-
-impl HostLookup for Host {
-    fn entry(&self, path: &Path) -> io::Result<EntryKind> {
-        Ok(std::fs::symlink_metadata(path)?.file_type().into())
-    }
-    fn link_target(&self, path: &Path) -> io::Result<PathBuf> {
-        std::fs::read_link(path)
-    }
-    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
-        std::fs::canonicalize(path)
-    }
 }
 
 /// Sockets a run may use.
@@ -96,7 +80,7 @@ pub(crate) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
     let mut preopens = Vec::with_capacity(caps.mounts.len());
     let mut unprotected = Vec::new();
     for mount in &caps.mounts {
-        let grant = grant::resolve(mount, &Host)?;
+        let grant = grant::resolve(mount, &grant::RealHost)?;
         if !grant.is_dir {
             return Err(Error::invalid(format!(
                 "wasm backend: mount {} is not a directory; WASI can only preopen directories (mount its parent directory instead)",
@@ -104,7 +88,7 @@ pub(crate) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
             )));
         }
         if mount.access == Access::ReadWrite && caps.protect_host_executed {
-            let found = grant::host_executed(&grant.resolved, &Host);
+            let found = grant::host_executed(&grant.resolved, &grant::RealHost);
             if let Some(err) = found.refusal(&grant.resolved) {
                 return Err(err);
             }

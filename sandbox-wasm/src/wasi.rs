@@ -2,6 +2,7 @@
 //! preopens with their permissions, stdin (the caps' bytes, then the context's stream),
 //! captured stdout and stderr, and the socket policy. Nothing of the host is inherited.
 
+use sandbox_core::SetupStage;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
@@ -55,6 +56,7 @@ pub(crate) fn context(
         // for a symlink after planning fails instead of redirecting the preopen.
         let dir = open_no_symlinks(&p.host).map_err(|e| {
             Error::setup(
+                SetupStage::Grants,
                 format!(
                     "open preopen {} (it must exist and contain no symlinks; was it replaced?)",
                     p.host.display()
@@ -65,6 +67,7 @@ pub(crate) fn context(
         let by_fd = format!("/proc/self/fd/{}", dir.as_raw_fd());
         b.preopened_dir(&by_fd, &p.guest, perms).map_err(|e| {
             Error::setup(
+                SetupStage::Grants,
                 format!("preopen {} at {}", p.host.display(), p.guest),
                 std::io::Error::other(e.to_string()),
             )

@@ -2,6 +2,7 @@
 //! byte stream the microVM run driver speaks to ([`VmInstance`]), so a pod run is driven by
 //! exactly the code that drives a VM run.
 
+use sandbox_core::SetupStage;
 use std::io::ErrorKind;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +37,8 @@ impl PodChannel {
         mut attached: AttachedProcess,
         pod: &str,
     ) -> Result<PodChannel> {
-        let setup = |e: std::io::Error| Error::setup("cluster: agent channel", e);
+        let setup =
+            |e: std::io::Error| Error::setup(SetupStage::AgentChannel, "cluster: agent channel", e);
         let missing = |what: &str| {
             setup(std::io::Error::new(
                 ErrorKind::NotConnected,
@@ -179,7 +181,8 @@ pub(crate) fn rename(error: Error) -> Error {
             message: fix(message),
             source,
         },
-        Error::Setup { stage, source } => Error::Setup {
+        Error::Setup { at, stage, source } => Error::Setup {
+            at,
             stage: fix(stage),
             source,
         },

@@ -9,6 +9,7 @@
 //! travels in the run request over the exec stream (never in the pod's spec), and is revoked
 //! when the run ends.
 
+use sandbox_core::SetupStage;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
@@ -57,10 +58,11 @@ pub(crate) fn proxy_at(listen: SocketAddr) -> Result<Arc<HostProxy>> {
     if let Some(proxy) = proxies.get(&listen).and_then(Weak::upgrade) {
         return Ok(proxy);
     }
-    let host = EgressHost::start().map_err(|e| Error::setup("cluster: egress proxy", e))?;
+    let host = EgressHost::start()
+        .map_err(|e| Error::setup(SetupStage::Egress, "cluster: egress proxy", e))?;
     let listener = host.serve_shared(listen).map_err(|e| {
         Error::setup(
-            format!(
+            SetupStage::Egress, format!(
                 "cluster: egress proxy on {listen} (the address the template's NetworkPolicy sends pods to; if this machine has it under another address, set the listen address)"
             ),
             e,

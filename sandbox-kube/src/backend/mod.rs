@@ -42,6 +42,7 @@ mod egress;
 mod pod_session;
 mod template;
 
+use sandbox_core::SetupStage;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::mpsc;
@@ -248,7 +249,7 @@ fn connect(kubeconfig: Option<&Path>) -> Result<(tokio::runtime::Runtime, kube::
         .thread_name("strata-cluster")
         .enable_all()
         .build()
-        .map_err(|e| Error::setup("cluster: tokio runtime", e))?;
+        .map_err(|e| Error::setup(SetupStage::Host, "cluster: tokio runtime", e))?;
     let path = kubeconfig.map(Path::to_path_buf);
     let client = runtime.block_on(async move {
         let config = match path {
@@ -469,10 +470,12 @@ fn entropy() -> Vec<u8> {
 fn cluster_error(step: &str, e: ClusterError) -> Error {
     match e {
         ClusterError::Timeout { .. } => Error::setup(
+            SetupStage::Cluster,
             format!("cluster: {step}"),
             std::io::Error::new(std::io::ErrorKind::TimedOut, error_chain(&e)),
         ),
         other => Error::setup(
+            SetupStage::Cluster,
             format!("cluster: {step}"),
             std::io::Error::other(error_chain(&other)),
         ),
@@ -622,6 +625,7 @@ impl ClusterBackend {
             )?
             .map_err(|e| {
                 Error::setup(
+                    SetupStage::Cluster,
                     format!("cluster: exec {} in pod {pod}", AGENT_SERVE.join(" ")),
                     std::io::Error::other(error_chain(&e)),
                 )

@@ -2,6 +2,7 @@
 //! checks before a claim and for the receipt.
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
+use sandbox_core::SetupStage;
 use sandbox_core::{Capability, Caps, Error, Mechanism, Receipt, Result, Strictness};
 
 use crate::client::Cluster;
@@ -34,7 +35,11 @@ pub struct TemplateSeen {
 /// Reads the pool `pool` and its template.
 pub(crate) async fn read(cluster: &Cluster, pool: &str) -> Result<TemplateSeen> {
     let setup = |what: String, e: crate::client::ClusterError| {
-        Error::setup(what, std::io::Error::other(crate::client::error_chain(&e)))
+        Error::setup(
+            SetupStage::Cluster,
+            what,
+            std::io::Error::other(crate::client::error_chain(&e)),
+        )
     };
     let warm = cluster
         .get_warm_pool(pool)
