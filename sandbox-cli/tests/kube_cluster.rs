@@ -25,7 +25,7 @@ fn agent() -> PathBuf {
     let agent = strata.with_file_name("strata-guest-agent");
     assert!(
         agent.is_file(),
-        "{} is missing: build it first (cargo build -p sandbox-vm --bin strata-guest-agent, same profile)",
+        "{} is missing: build it first (cargo build -p sandbox-agent --bin strata-guest-agent, same profile)",
         agent.display()
     );
     agent

@@ -4,7 +4,7 @@
 //! the entrypoint, `serve` exec'd per run over the kube-rs exec websocket).
 //!
 //! Needs `strata-guest-agent` built next to this test binary (`cargo test --workspace`
-//! builds it; alone: `cargo build -p sandbox-vm --bin strata-guest-agent` first).
+//! builds it; alone: `cargo build -p sandbox-agent --bin strata-guest-agent` first).
 
 mod common;
 
@@ -39,7 +39,7 @@ fn agent_binary() -> PathBuf {
     let agent = dir.join("strata-guest-agent");
     assert!(
         agent.is_file(),
-        "{} is missing: build it first (cargo build -p sandbox-vm --bin strata-guest-agent, same profile)",
+        "{} is missing: build it first (cargo build -p sandbox-agent --bin strata-guest-agent, same profile)",
         agent.display()
     );
     agent

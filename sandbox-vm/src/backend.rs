@@ -15,14 +15,15 @@ use sandbox_os::private::PrivateDir;
 
 use crate::artifacts::GuestArtifacts;
 use crate::grants::{self, Prepared};
-use crate::inner;
 use crate::pool::{self, Pool};
 use crate::probe::{self, AccelProbe};
-use crate::protocol::{GuestExit, GuestRlimits, RunRequest};
 use crate::qemu::Qemu;
 use crate::session::{self, ArchiveTarget, Boot, Ending, RunPlan};
 use crate::snapshot::{self, Shape, Snapshot};
 use crate::vmm::{Accel, Disk, NetRelay, VmConfig, Vmm};
+use sandbox_agent::inner::{self, InnerPaths};
+use sandbox_agent::protocol::{GuestExit, GuestRlimits, RunRequest};
+use sandbox_agent::Place;
 
 /// The serial number of the root disk; the guest's `/init` mounts the disk with it.
 const ROOT_SERIAL: &str = "strata-root";
@@ -337,13 +338,20 @@ impl MicrovmBackend {
             network: false,
         };
         let plan = RunPlan {
-            boot: Boot::Cold,
+            greeting: Boot::Cold.greeting(),
             ready_timeout: probe::KVM_PROBE_TIMEOUT,
             request,
             stdin: &[],
             archives: Vec::new(),
         };
-        session::run(self.vmm.as_ref(), &config, plan, &RunContext::default()).is_ok()
+        session::run(
+            self.vmm.as_ref(),
+            &config,
+            Boot::Cold,
+            plan,
+            &RunContext::default(),
+        )
+        .is_ok()
     }
 
     fn root_disk(artifacts: &GuestArtifacts) -> Disk {
@@ -418,7 +426,7 @@ impl MicrovmBackend {
         }
         let extra = format!(
             "protocol {} vmm {} args {} slots {} x {}",
-            crate::protocol::PROTOCOL_VERSION,
+            sandbox_agent::protocol::PROTOCOL_VERSION,
             self.vmm.name(),
             crate::qemu::Qemu::kernel_args(),
             grants::SLOTS,
@@ -461,7 +469,7 @@ impl MicrovmBackend {
                 &RunContext::default(),
             );
             let saved = ready.and_then(|()| vm.save(&snap.state));
-            vm.shutdown();
+            vm.teardown();
             for i in 0..grants::SLOTS {
                 let _ = std::fs::remove_file(snap.dir.join(format!("slot{i}.img")));
             }
@@ -774,7 +782,7 @@ impl Backend for MicrovmBackend {
             })
             .unwrap_or_default();
         let inner = if layered {
-            Some(inner::plan(tool, caps, &proxy_env)?)
+            Some(inner::plan(tool, caps, &proxy_env, &InnerPaths::guest())?)
         } else {
             None
         };
@@ -832,8 +840,8 @@ impl Backend for MicrovmBackend {
         request.mounts = prepared.mounts.clone();
         let input = match inner.as_ref().and_then(|i| i.input.as_deref()) {
             Some(host) => {
-                let contents = inner::input_dir(host, dir.path())?;
-                request.mounts.push(crate::protocol::GuestMount {
+                let contents = crate::input::input_dir(host, dir.path())?;
+                request.mounts.push(sandbox_agent::protocol::GuestMount {
                     serial: grants::input_serial(),
                     target: inner::INPUT_DIR.into(),
                     writable: false,
@@ -888,7 +896,7 @@ impl Backend for MicrovmBackend {
             })
             .collect();
         let run_plan = RunPlan {
-            boot,
+            greeting: boot.greeting(),
             ready_timeout: self.ready_timeout,
             request,
             stdin: &caps.stdin,
@@ -897,11 +905,11 @@ impl Backend for MicrovmBackend {
         let from_pool = pooled.is_some();
         let result = match pooled {
             Some(pooled) => {
-                let result = session::run_on(pooled.vm, run_plan, ctx);
+                let result = session::run_on(pooled.vm, boot, run_plan, ctx);
                 drop(pooled.dir);
                 result
             }
-            None => session::run(self.vmm.as_ref(), &config, run_plan, ctx),
+            None => session::run(self.vmm.as_ref(), &config, boot, run_plan, ctx),
         };
         if let (Err(error), Some(snap)) = (&result, &snapshot) {
             if snapshot_is_suspect(error) {
@@ -914,7 +922,7 @@ impl Backend for MicrovmBackend {
         let cap = limits.output.bytes();
         let inner_result = match (&inner, &vm.ending) {
             (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
-                Some(inner::parse(vm.report.as_deref(), &vm.stderr)?)
+                Some(inner::parse(vm.report.as_deref(), &vm.stderr, Place::Vm)?)
             }
             _ => None,
         };
@@ -961,24 +969,18 @@ impl Backend for MicrovmBackend {
         }
         let inner_ran = inner_result.is_some();
         if let Some(result) = &inner_result {
-            inner::require_complete(
-                result,
-                ctx.strictness,
-                BackendKind::Microvm,
-                "the guest",
-                proxied,
-            )?;
+            inner::require_complete(result, ctx.strictness, Place::Vm, proxied)?;
         }
         if let Some(result) = inner_result {
             if proxied {
                 inner::merge_proxied(
                     &mut receipt,
                     result.receipt,
-                    "in the guest",
+                    Place::Vm,
                     NetRelay::GUEST_PROXY,
                 );
             } else {
-                inner::merge(&mut receipt, result.receipt);
+                inner::merge(&mut receipt, result.receipt, Place::Vm);
             }
             if let (Some(seen), Some(spec)) = (receipt.container.as_mut(), &caps.container) {
                 // The image as the caller named it, not its guest path.

@@ -24,8 +24,8 @@ use std::process::Command;
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use sandbox_core::{Access, BackendKind, Error, Mount, Result};
 
-use crate::protocol::GuestMount;
 use crate::vmm::Disk;
+use sandbox_agent::protocol::GuestMount;
 
 /// Grant disks a VM can carry.
 pub const MAX_GRANTS: usize = 6;

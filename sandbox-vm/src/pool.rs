@@ -57,7 +57,7 @@ impl Pool {
             .position(|p| p.shape == shape && p.state == state)
         {
             let mut pooled = idle.swap_remove(i);
-            if !pooled.vm.exited() {
+            if !pooled.vm.ended() {
                 return Some(pooled);
             }
         }
@@ -78,7 +78,7 @@ impl Pool {
     pub fn clear(&self) {
         let drained: Vec<Pooled> = self.lock().drain(..).collect();
         for mut pooled in drained {
-            pooled.vm.shutdown();
+            pooled.vm.teardown();
         }
     }
 }

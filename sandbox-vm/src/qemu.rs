@@ -23,8 +23,9 @@ use sandbox_core::{
     Access, Backend, ByteSize, CancelToken, Caps, Error, Limits, Result, RunContext, Stream, Tool,
 };
 
-use crate::protocol::PORT_NAME;
 use crate::vmm::{Accel, NetRelay, VmConfig, VmInstance, Vmm};
+use sandbox_agent::protocol::PORT_NAME;
+use sandbox_agent::{Carrier, Place};
 
 /// TCG translation cache per VM, MiB.
 const TCG_TB_MIB: u32 = 32;
@@ -348,7 +349,7 @@ impl Vmm for Qemu {
                 return Err(Error::setup(
                     SetupStage::Restore,
                     "microvm: restoring the VM snapshot (the VMM exited or did not resume)",
-                    std::io::Error::new(e.kind(), format!("{e} ({})", instance.console_tail())),
+                    std::io::Error::new(e.kind(), format!("{e} ({})", instance.diagnostics())),
                 ));
             }
         }
@@ -445,18 +446,18 @@ impl QemuInstance {
                     ))
                 }
             }
-            if self.exited() {
+            if self.ended() {
                 return Err(Error::setup(
                     SetupStage::Vmm,
                     "microvm: QEMU exited before connecting the agent channel",
-                    std::io::Error::other(self.console_tail()),
+                    std::io::Error::other(self.diagnostics()),
                 ));
             }
             if Instant::now() >= deadline {
                 return Err(Error::setup(
                     SetupStage::AgentChannel,
                     "microvm: QEMU did not connect the agent channel",
-                    std::io::Error::new(std::io::ErrorKind::TimedOut, self.console_tail()),
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, self.diagnostics()),
                 ));
             }
             thread::sleep(Duration::from_millis(2));
@@ -597,8 +598,12 @@ impl Qmp {
     }
 }
 
-impl VmInstance for QemuInstance {
-    fn agent(&self) -> std::io::Result<UnixStream> {
+impl Carrier for QemuInstance {
+    fn place(&self) -> Place {
+        Place::Vm
+    }
+
+    fn channel(&self) -> std::io::Result<UnixStream> {
         match &self.agent {
             Some(stream) => stream.try_clone(),
             None => Err(std::io::Error::new(
@@ -608,18 +613,14 @@ impl VmInstance for QemuInstance {
         }
     }
 
-    fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(VmmProcess::pid)
-    }
-
-    fn exited(&mut self) -> bool {
+    fn ended(&mut self) -> bool {
         match self.child.as_mut() {
             Some(child) => child.exited(),
             None => true,
         }
     }
 
-    fn console_tail(&self) -> String {
+    fn diagnostics(&self) -> String {
         let console = lock(&self.console).text();
         let stderr = lock(&self.stderr_tail).text();
         let mut out = String::new();
@@ -640,12 +641,32 @@ impl VmInstance for QemuInstance {
         out
     }
 
+    fn teardown(&mut self) {
+        let Some(child) = self.child.take() else {
+            return;
+        };
+        // Nothing of a finished VM is kept (its disks are private copies, the grants came
+        // back through the agent): it is killed, not asked to quit.
+        child.kill();
+        self.agent = None;
+        self.qmp = None;
+        for drain in self.drains.drain(..) {
+            let _ = drain.join();
+        }
+    }
+}
+
+impl VmInstance for QemuInstance {
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(VmmProcess::pid)
+    }
+
     fn save(&mut self, path: &Path) -> Result<()> {
         self.save_state(path).map_err(|e| {
             Error::setup(
                 SetupStage::Snapshot,
                 "microvm: saving the VM snapshot",
-                std::io::Error::new(e.kind(), format!("{e} ({})", self.console_tail())),
+                std::io::Error::new(e.kind(), format!("{e} ({})", self.diagnostics())),
             )
         })
     }
@@ -685,23 +706,9 @@ impl VmInstance for QemuInstance {
             Error::setup(
                 SetupStage::Restore,
                 "microvm: restoring the VM snapshot (the VMM exited or did not resume)",
-                std::io::Error::new(e.kind(), format!("{e} ({})", self.console_tail())),
+                std::io::Error::new(e.kind(), format!("{e} ({})", self.diagnostics())),
             )
         })
-    }
-
-    fn shutdown(&mut self) {
-        let Some(child) = self.child.take() else {
-            return;
-        };
-        // Nothing of a finished VM is kept (its disks are private copies, the grants came
-        // back through the agent): it is killed, not asked to quit.
-        child.kill();
-        self.agent = None;
-        self.qmp = None;
-        for drain in self.drains.drain(..) {
-            let _ = drain.join();
-        }
     }
 }
 

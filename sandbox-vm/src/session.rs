@@ -1,594 +1,85 @@
-//! One run in one freshly booted VM: boot, wait for the agent, hand it the request, relay
-//! output, enforce the wall clock by switching the VM off, and tear everything down.
+//! One run in one VM: start (boot or restore) it, drive the agent over its channel
+//! ([`sandbox_agent::driver`]), switch it off on every path.
 
-use sandbox_core::SetupStage;
-use std::io::{ErrorKind as IoKind, Read, Write};
-use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use sandbox_core::{Error, ExitStatus, LimitKind, OutputSink, Result, RunContext, Stream};
+use sandbox_core::{Result, RunContext};
 
-use crate::protocol::{
-    encode, AgentMsg, Decoder, GuestExit, GuestLimit, HostMsg, OutStream, RunRequest, CHUNK,
-    PROTOCOL_VERSION,
+pub use sandbox_agent::driver::{
+    exit_status, plain_argv, wait_ready, AgentRun, Archive, ArchiveTarget, Ending, Greeting,
+    RunPlan, ARCHIVE_TIMEOUT, WALL_GRACE,
 };
+
 use crate::vmm::{VmConfig, VmInstance, Vmm};
-use std::path::PathBuf;
 
-/// How much longer than the tool's timeout the host waits for the agent's own report
-/// before it switches the VM off.
-pub const WALL_GRACE: Duration = Duration::from_millis(500);
-
-/// How long the agent may take to send the read-write grants back after the tool ended.
-pub const ARCHIVE_TIMEOUT: Duration = Duration::from_secs(120);
+/// What came back from a VM run (the agent run's name before the driver was shared).
+pub type VmRun = AgentRun;
 
 /// How the VM comes to life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Boot {
     /// A cold boot: wait for the agent's `ready`, then say hello.
     Cold,
-    /// Restored from a snapshot saved after `ready`: say hello at once.
+    /// Restored from a snapshot saved after `ready`: wait until the VM runs, then say hello
+    /// at once.
     Restored,
 }
 
-/// Where a read-write grant's archive goes, and how large it may grow.
-#[derive(Clone, Debug)]
-pub struct ArchiveTarget {
-    /// The index of the mount in the request.
-    pub mount: u32,
-    /// The file the tar stream is written to.
-    pub path: PathBuf,
-    /// Bytes accepted; more makes the archive fail.
-    pub cap: u64,
+impl Boot {
+    /// How the agent is greeted after this boot.
+    pub fn greeting(self) -> Greeting {
+        match self {
+            Boot::Cold => Greeting::AwaitReady,
+            Boot::Restored => Greeting::HelloNow,
+        }
+    }
 }
 
-/// A received archive: the file, or why it is unusable.
-pub type Archive = std::result::Result<PathBuf, String>;
-
-/// How a VM run ended, seen from the host.
-#[derive(Debug)]
-pub enum Ending {
-    /// The agent reported.
-    Agent(GuestExit),
-    /// The host's deadline passed and the VM was switched off.
-    HostWall,
-}
-
-/// What came back from a VM run.
-#[derive(Debug)]
-pub struct VmRun {
-    /// How it ended.
-    pub ending: Ending,
-    /// Kept standard output.
-    pub stdout: Vec<u8>,
-    /// Kept standard error.
-    pub stderr: Vec<u8>,
-    /// Boot to agent ready.
-    pub boot: Duration,
-    /// The guest kernel release the agent reported.
-    pub kernel: String,
-    /// The read-write grants' archives, in the order of the targets given.
-    pub archives: Vec<Archive>,
-    /// The report file's contents, when the request named one.
-    pub report: Option<Vec<u8>>,
-}
-
-/// One run's parameters beyond the VM itself.
-pub struct RunPlan<'a> {
-    /// Cold boot or restored.
-    pub boot: Boot,
-    /// Boot (or restore) to the agent's welcome.
-    pub ready_timeout: Duration,
-    /// What to run.
-    pub request: RunRequest,
-    /// The tool's stdin.
-    pub stdin: &'a [u8],
-    /// Where read-write grants come back.
-    pub archives: Vec<ArchiveTarget>,
-}
-
-/// Boots `config` on `vmm`, runs the plan, returns what happened. The VM is shut down and
-/// reaped on every path (the instance's drop kills it on panic).
-pub fn run(vmm: &dyn Vmm, config: &VmConfig, plan: RunPlan<'_>, ctx: &RunContext) -> Result<VmRun> {
+/// Starts `config` on `vmm` (`boot`: how it comes to life), runs the plan, returns what
+/// happened. The VM is shut down and reaped on every path (the instance's drop kills it on
+/// panic).
+///
+/// # Errors
+/// As [`sandbox_agent::driver::drive`], and the VMM's start and restore errors.
+pub fn run(
+    vmm: &dyn Vmm,
+    config: &VmConfig,
+    boot: Boot,
+    plan: RunPlan<'_>,
+    ctx: &RunContext,
+) -> Result<AgentRun> {
     let started = Instant::now();
     let mut vm = vmm.start(config)?;
-    let result = drive(vm.as_mut(), started, plan, ctx);
-    vm.shutdown();
+    let result = drive(vm.as_mut(), started, boot, plan, ctx);
+    vm.teardown();
     result
 }
 
 /// Runs the plan on `vm`, a VM already running (a pooled one, restored earlier and waiting
 /// for its hello), then shuts it down.
-pub fn run_on(mut vm: Box<dyn VmInstance>, plan: RunPlan<'_>, ctx: &RunContext) -> Result<VmRun> {
-    let result = drive(vm.as_mut(), Instant::now(), plan, ctx);
-    vm.shutdown();
-    result
-}
-
-/// Waits for a cold-booted agent's `ready`.
-pub(crate) fn wait_ready(
-    vm: &mut dyn VmInstance,
-    deadline: Instant,
-    timeout: Duration,
+///
+/// # Errors
+/// As [`run`].
+pub fn run_on(
+    mut vm: Box<dyn VmInstance>,
+    boot: Boot,
+    plan: RunPlan<'_>,
     ctx: &RunContext,
-) -> Result<()> {
-    let mut chan = Channel::new(
-        vm.agent()
-            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent channel", e))?,
-    )?;
-    match chan.recv(vm, deadline, ctx)? {
-        Recv::Msg(AgentMsg::Ready { version, .. }) => check_version(version),
-        Recv::Msg(other) => Err(unexpected(&other)),
-        Recv::Deadline => Err(not_ready(vm, timeout)),
-    }
-}
-
-fn check_version(version: u32) -> Result<()> {
-    if version == PROTOCOL_VERSION {
-        return Ok(());
-    }
-    Err(Error::Internal {
-        message: format!(
-            "microvm: guest agent speaks protocol {version}, host {PROTOCOL_VERSION} (rebuild the agent)"
-        ),
-        source: None,
-    })
-}
-
-fn not_ready(vm: &mut dyn VmInstance, timeout: Duration) -> Error {
-    Error::setup(
-        SetupStage::AgentReady,
-        format!(
-            "microvm: the guest agent was not ready within {} s",
-            timeout.as_secs()
-        ),
-        std::io::Error::new(IoKind::TimedOut, vm.console_tail()),
-    )
+) -> Result<AgentRun> {
+    let result = drive(vm.as_mut(), Instant::now(), boot, plan, ctx);
+    vm.teardown();
+    result
 }
 
 fn drive(
     vm: &mut dyn VmInstance,
     started: Instant,
+    boot: Boot,
     plan: RunPlan<'_>,
     ctx: &RunContext,
-) -> Result<VmRun> {
-    let RunPlan {
-        boot: how,
-        ready_timeout,
-        mut request,
-        stdin,
-        archives: targets,
-    } = plan;
-    let ready_deadline = started + ready_timeout;
-    match how {
-        Boot::Cold => wait_ready(vm, ready_deadline, ready_timeout, ctx)?,
-        Boot::Restored => vm.wait_running(ready_deadline)?,
+) -> Result<AgentRun> {
+    if boot == Boot::Restored {
+        vm.wait_running(started + plan.ready_timeout)?;
     }
-    let mut chan = Channel::new(
-        vm.agent()
-            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent channel", e))?,
-    )?;
-    chan.send(&HostMsg::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
-    let kernel = match chan.recv(vm, ready_deadline, ctx)? {
-        Recv::Msg(AgentMsg::Welcome { version, kernel }) => {
-            check_version(version)?;
-            kernel
-        }
-        Recv::Msg(AgentMsg::Error { message }) => {
-            return Err(Error::Internal {
-                message: format!("microvm: the guest agent refused the hello: {message}"),
-                source: None,
-            })
-        }
-        Recv::Msg(other) => return Err(unexpected(&other)),
-        Recv::Deadline => return Err(not_ready(vm, ready_timeout)),
-    };
-    let boot = started.elapsed();
-    let timeout = Duration::from_millis(request.timeout_ms);
-    let cap = request.output_cap;
-    request.clock_unix_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
-        .unwrap_or(0);
-    chan.send(&HostMsg::Run(request))?;
-    for chunk in stdin.chunks(CHUNK) {
-        chan.send(&HostMsg::Stdin {
-            data: chunk.to_vec(),
-        })?;
-    }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let _streaming = match &ctx.stdin {
-        Some(source) => Some(StopOnDrop {
-            stop: std::sync::Arc::clone(&stop),
-            _thread: chan.stream_stdin(source.take()?, std::sync::Arc::clone(&stop))?,
-        }),
-        None => {
-            chan.send(&HostMsg::StdinEnd)?;
-            None
-        }
-    };
-    let deadline = Instant::now() + timeout + WALL_GRACE;
-    let mut out = Output::new(cap, ctx.sink.as_deref());
-    let mut report = None;
-    let ending = loop {
-        match chan.recv(vm, deadline, ctx)? {
-            Recv::Msg(AgentMsg::Output { stream, data }) => out.push(stream, &data),
-            Recv::Msg(AgentMsg::Report { data }) => report = Some(data),
-            Recv::Msg(AgentMsg::Exit { status }) => break Ending::Agent(status),
-            Recv::Msg(AgentMsg::Error { message }) => {
-                return Err(Error::setup(
-                    SetupStage::AgentRun,
-                    "microvm: the guest agent refused the run",
-                    std::io::Error::other(message),
-                ))
-            }
-            Recv::Msg(other) => return Err(unexpected(&other)),
-            Recv::Deadline => break Ending::HostWall,
-        }
-    };
-    let archives = match ending {
-        Ending::Agent(_) if !targets.is_empty() => receive_archives(&mut chan, vm, &targets, ctx)?,
-        _ => targets
-            .iter()
-            .map(|_| Err("the VM was switched off before the grant came back".to_string()))
-            .collect(),
-    };
-    Ok(VmRun {
-        ending,
-        stdout: out.stdout,
-        stderr: out.stderr,
-        boot,
-        kernel,
-        archives,
-        report,
-    })
-}
-
-/// The argv an agent runs for a command, an `sh` script or a `python` script (`None` for
-/// other tools, which each backend answers for itself).
-///
-/// # Errors
-/// [`Error::InvalidRequest`] for an empty argv.
-pub fn plain_argv(tool: &sandbox_core::Tool) -> Result<Option<Vec<String>>> {
-    use sandbox_core::{ScriptLanguage, Tool};
-    Ok(match tool {
-        Tool::Command { argv } if argv.is_empty() => {
-            return Err(Error::invalid("argv must not be empty"))
-        }
-        Tool::Command { argv } => Some(argv.clone()),
-        Tool::Script {
-            language: ScriptLanguage::Sh,
-            source,
-        } => Some(vec!["/bin/sh".into(), "-c".into(), source.clone()]),
-        Tool::Script {
-            language: ScriptLanguage::Python,
-            source,
-        } => Some(vec!["python3".into(), "-c".into(), source.clone()]),
-        _ => None,
-    })
-}
-
-/// The run's status and the limit it hit, from how it ended (`program`: the tool's
-/// `argv[0]`, named when it could not start).
-///
-/// # Errors
-/// [`Error::Cancelled`] for a run the host killed ([`HostMsg::Kill`]); [`Error::Exec`] when
-/// the agent could not start the program.
-pub fn exit_status(ending: &Ending, program: &str) -> Result<(ExitStatus, Option<LimitKind>)> {
-    Ok(match ending {
-        Ending::HostWall => (
-            ExitStatus::Limit {
-                limit: LimitKind::Wall,
-                signal: None,
-            },
-            Some(LimitKind::Wall),
-        ),
-        Ending::Agent(GuestExit::Exited { code }) => (ExitStatus::Exited { code: *code }, None),
-        Ending::Agent(GuestExit::Signaled { signal }) => {
-            (ExitStatus::Signaled { signal: *signal }, None)
-        }
-        Ending::Agent(GuestExit::Limit { limit }) => {
-            let limit = match limit {
-                GuestLimit::Wall => LimitKind::Wall,
-                GuestLimit::Output => LimitKind::Output,
-                GuestLimit::Memory => LimitKind::Memory,
-            };
-            (
-                ExitStatus::Limit {
-                    limit,
-                    signal: Some(9),
-                },
-                Some(limit),
-            )
-        }
-        Ending::Agent(GuestExit::Killed) => return Err(Error::Cancelled),
-        Ending::Agent(GuestExit::SpawnFailed { errno, .. }) => {
-            return Err(Error::Exec {
-                program: program.to_owned(),
-                source: std::io::Error::from_raw_os_error(*errno),
-            })
-        }
-    })
-}
-
-/// Receives every read-write grant's tar stream into its file, each capped.
-fn receive_archives(
-    chan: &mut Channel,
-    vm: &mut dyn VmInstance,
-    targets: &[ArchiveTarget],
-    ctx: &RunContext,
-) -> Result<Vec<Archive>> {
-    let mut files = Vec::new();
-    for target in targets {
-        let file = sandbox_os::private::create(&target.path)
-            .map_err(|e| Error::setup(SetupStage::Host, "microvm: archive file", e))?;
-        files.push((file, 0u64, None::<String>, false));
-    }
-    let deadline = Instant::now() + ARCHIVE_TIMEOUT;
-    let index_of = |mount: u32| targets.iter().position(|t| t.mount == mount);
-    while files.iter().any(|f| !f.3) {
-        match chan.recv(vm, deadline, ctx)? {
-            Recv::Msg(AgentMsg::Archive { mount, data }) => {
-                let Some(i) = index_of(mount) else {
-                    return Err(unexpected(&AgentMsg::Archive { mount, data }));
-                };
-                let (file, written, error, _) = &mut files[i];
-                if error.is_some() {
-                    continue;
-                }
-                *written += data.len() as u64;
-                if *written > targets[i].cap {
-                    *error = Some(format!(
-                        "the archive exceeds {} bytes (the grant's disk size)",
-                        targets[i].cap
-                    ));
-                } else if let Err(e) = file.write_all(&data) {
-                    *error = Some(format!("writing the archive: {e}"));
-                }
-            }
-            Recv::Msg(AgentMsg::ArchiveEnd { mount, error }) => {
-                let Some(i) = index_of(mount) else {
-                    return Err(unexpected(&AgentMsg::ArchiveEnd { mount, error }));
-                };
-                let slot = &mut files[i];
-                if slot.2.is_none() {
-                    slot.2 = error;
-                }
-                slot.3 = true;
-            }
-            Recv::Msg(other) => return Err(unexpected(&other)),
-            Recv::Deadline => {
-                for slot in files.iter_mut().filter(|f| !f.3) {
-                    slot.2 = Some(format!(
-                        "the grant did not come back within {} s",
-                        ARCHIVE_TIMEOUT.as_secs()
-                    ));
-                    slot.3 = true;
-                }
-            }
-        }
-    }
-    Ok(files
-        .into_iter()
-        .zip(targets)
-        .map(|((_, _, error, _), target)| match error {
-            None => Ok(target.path.clone()),
-            Some(why) => Err(why),
-        })
-        .collect())
-}
-
-fn unexpected(msg: &AgentMsg) -> Error {
-    Error::Internal {
-        message: format!("microvm: unexpected message from the guest agent: {msg:?}"),
-        source: None,
-    }
-}
-
-enum Recv {
-    Msg(AgentMsg),
-    Deadline,
-}
-
-/// The agent channel with its decoder.
-struct Channel {
-    stream: UnixStream,
-    /// Serializes frames written by this channel and by a stdin streaming thread.
-    writer: std::sync::Arc<std::sync::Mutex<()>>,
-    decoder: Decoder,
-}
-
-/// How often a blocked read wakes to check the deadline, cancellation and the VMM.
-const POLL: Duration = Duration::from_millis(20);
-
-impl Channel {
-    fn new(stream: UnixStream) -> Result<Self> {
-        stream
-            .set_read_timeout(Some(POLL))
-            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent channel", e))?;
-        Ok(Channel {
-            stream,
-            writer: std::sync::Arc::default(),
-            decoder: Decoder::new(),
-        })
-    }
-
-    fn send(&mut self, msg: &HostMsg) -> Result<()> {
-        write_frame(&mut self.stream, &self.writer, msg)
-            .map_err(|e| Error::internal("microvm: writing to the guest agent", e))
-    }
-
-    /// Streams `source` to the agent as stdin chunks on a thread of its own, ending with
-    /// `stdin_end`; the thread stops at end of input, on a write error, or when `stop` is
-    /// set (polled every [`POLL`]).
-    fn stream_stdin(
-        &self,
-        source: std::os::fd::OwnedFd,
-        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    ) -> Result<std::thread::JoinHandle<()>> {
-        let mut stream = self
-            .stream
-            .try_clone()
-            .map_err(|e| Error::setup(SetupStage::AgentChannel, "microvm: agent channel", e))?;
-        let writer = std::sync::Arc::clone(&self.writer);
-        std::thread::Builder::new()
-            .name("strata-vm-stdin".into())
-            .spawn(move || {
-                use std::sync::atomic::Ordering;
-                let mut file = std::fs::File::from(source);
-                let mut buf = vec![0u8; 64 * 1024];
-                while !stop.load(Ordering::SeqCst) {
-                    let mut fds = [rustix::event::PollFd::new(
-                        &file,
-                        rustix::event::PollFlags::IN,
-                    )];
-                    let timeout = rustix::event::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: POLL.as_nanos() as _,
-                    };
-                    match rustix::event::poll(&mut fds, Some(&timeout)) {
-                        Ok(0) => continue,
-                        Ok(_) => {}
-                        Err(rustix::io::Errno::INTR) => continue,
-                        Err(_) => break,
-                    }
-                    match file.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let msg = HostMsg::Stdin {
-                                data: buf[..n].to_vec(),
-                            };
-                            if write_frame(&mut stream, &writer, &msg).is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) if matches!(e.kind(), IoKind::WouldBlock | IoKind::Interrupted) => {}
-                        Err(_) => break,
-                    }
-                }
-                let _ = write_frame(&mut stream, &writer, &HostMsg::StdinEnd);
-            })
-            .map_err(|e| Error::setup(SetupStage::Host, "microvm: stdin thread", e))
-    }
-
-    fn recv(
-        &mut self,
-        vm: &mut dyn VmInstance,
-        deadline: Instant,
-        ctx: &RunContext,
-    ) -> Result<Recv> {
-        let mut buf = [0u8; 64 * 1024];
-        loop {
-            match self.decoder.next_msg::<AgentMsg>() {
-                Ok(Some(msg)) => return Ok(Recv::Msg(msg)),
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(Error::Internal {
-                        message: format!("microvm: bad frame from the guest agent: {e}"),
-                        source: None,
-                    })
-                }
-            }
-            if ctx.cancel.is_cancelled() {
-                let _ = self.send(&HostMsg::Kill);
-                return Err(Error::Cancelled);
-            }
-            if Instant::now() >= deadline {
-                return Ok(Recv::Deadline);
-            }
-            match self.stream.read(&mut buf) {
-                Ok(0) => {
-                    return Err(Error::Internal {
-                        message: format!(
-                            "microvm: the VM closed the agent channel ({})",
-                            vm.console_tail()
-                        ),
-                        source: None,
-                    })
-                }
-                Ok(n) => self.decoder.feed(&buf[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        IoKind::WouldBlock | IoKind::TimedOut | IoKind::Interrupted
-                    ) =>
-                {
-                    if vm.exited() {
-                        return Err(Error::Internal {
-                            message: format!(
-                                "microvm: the VMM exited during the run ({})",
-                                vm.console_tail()
-                            ),
-                            source: None,
-                        });
-                    }
-                }
-                Err(e) => return Err(Error::internal("microvm: reading from the guest agent", e)),
-            }
-        }
-    }
-}
-
-/// Stops the stdin thread when the run is over. It is not joined: a write blocked on a
-/// guest that stopped reading ends when the VM is switched off and the channel closes.
-struct StopOnDrop {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    _thread: std::thread::JoinHandle<()>,
-}
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// Encodes `msg` and writes the frame whole while holding `lock`.
-fn write_frame(
-    stream: &mut UnixStream,
-    lock: &std::sync::Mutex<()>,
-    msg: &HostMsg,
-) -> std::io::Result<()> {
-    let frame = encode(msg).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let _guard = match lock.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    stream.write_all(&frame)
-}
-
-/// Output kept on the host, capped again here (the agent caps too).
-struct Output<'a> {
-    cap: u64,
-    sink: Option<&'a dyn OutputSink>,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-}
-
-impl<'a> Output<'a> {
-    fn new(cap: u64, sink: Option<&'a dyn OutputSink>) -> Self {
-        Output {
-            cap,
-            sink,
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, stream: OutStream, data: &[u8]) {
-        let (buf, which) = match stream {
-            OutStream::Stdout => (&mut self.stdout, Stream::Stdout),
-            OutStream::Stderr => (&mut self.stderr, Stream::Stderr),
-        };
-        let room = self.cap.saturating_sub(buf.len() as u64) as usize;
-        let take = data.len().min(room);
-        if take == 0 {
-            return;
-        }
-        buf.extend_from_slice(&data[..take]);
-        if let Some(sink) = self.sink {
-            sink.on_output(which, &data[..take]);
-        }
-    }
+    sandbox_agent::driver::drive(vm, started, plan, ctx)
 }

@@ -2,10 +2,10 @@
 //! ([`crate::qemu::Qemu`]); Firecracker later, where KVM works.
 
 use std::fmt;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use sandbox_agent::Carrier;
 use sandbox_core::Result;
 
 /// How guest instructions execute.
@@ -115,24 +115,12 @@ pub trait Vmm: Send + Sync {
     fn start(&self, config: &VmConfig) -> Result<Box<dyn VmInstance>>;
 }
 
-/// A running VM.
-pub trait VmInstance: Send {
-    /// A handle on the host end of the agent channel (a byte stream to the guest's
-    /// virtio-serial port).
-    ///
-    /// # Errors
-    /// When the channel is closed (after [`VmInstance::shutdown`]) or cannot be duplicated.
-    fn agent(&self) -> std::io::Result<UnixStream>;
-
+/// A running VM: the agent's [`Carrier`] (its channel is the virtio-serial port, its end the
+/// VMM exiting, its diagnostics the serial console's tail and the VMM's error output, its
+/// teardown a kill and reap), plus what only a VM can do.
+pub trait VmInstance: Carrier {
     /// The VMM's process id, for measurements (`None` once reaped).
     fn pid(&self) -> Option<u32>;
-
-    /// Whether the VMM process has exited (then the agent channel is dead).
-    fn exited(&mut self) -> bool;
-
-    /// The tail of the serial console and of the VMM's own error output, for error
-    /// messages.
-    fn console_tail(&self) -> String;
 
     /// Pauses the VM and saves its whole state (RAM, devices, vCPUs) to `path`, for
     /// [`VmConfig::incoming`]. The VM stays paused.
@@ -146,8 +134,4 @@ pub trait VmInstance: Send {
     /// # Errors
     /// When loading fails or `deadline` passes first.
     fn wait_running(&mut self, deadline: std::time::Instant) -> Result<()>;
-
-    /// Stops the VM: asks the VMM to quit (QMP `quit`), then kills it if it has not exited
-    /// within a short grace period, and reaps it. Idempotent.
-    fn shutdown(&mut self);
 }

@@ -14,6 +14,23 @@ use sandbox_core::{
 };
 use sandbox_vm::MicrovmBackend;
 
+/// The guest agent built with this workspace (`sandbox-agent`'s binary, next to this test's
+/// directory: `cargo test --workspace` builds it).
+fn agent_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
+    let agent = dir.join("strata-guest-agent");
+    assert!(
+        agent.is_file(),
+        "{} is missing: build it first (cargo build -p sandbox-agent --bin strata-guest-agent, same profile; `cargo test -p sandbox-vm` alone does not build it)",
+        agent.display()
+    );
+    agent
+}
+
 fn repo() -> PathBuf {
     Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
         .join("..")
@@ -37,7 +54,8 @@ fn backend() -> MicrovmBackend {
             .is_ok(),
         "qemu-system-x86_64 missing: apt-get install -y --no-install-recommends qemu-system-x86"
     );
-    let agent = Path::new(env!("CARGO_BIN_EXE_strata-guest-agent"));
+    let agent = agent_binary();
+    let agent = agent.as_path();
     for tool in sandbox_vm::artifacts::INNER_TOOLS {
         let path = agent.with_file_name(tool);
         assert!(
@@ -379,7 +397,7 @@ fn microvm_refuses_what_it_cannot_enforce() {
     eprintln!("accel: {} ({})", accel.accel.describe(), accel.reason);
     if accel.accel == sandbox_vm::Accel::Tcg {
         let strict = MicrovmBackend::new()
-            .with_agent(env!("CARGO_BIN_EXE_strata-guest-agent"))
+            .with_agent(agent_binary())
             .require_hardware_virtualization(true);
         let err = strict
             .run(&Tool::command(["true"]), &Caps::new(), &ctx)

@@ -1,6 +1,6 @@
 //! The agent channel to a pod: an exec stream (kube-rs `AttachedProcess`) presented as the
-//! byte stream the microVM run driver speaks to ([`VmInstance`]), so a pod run is driven by
-//! exactly the code that drives a VM run.
+//! agent's [`Carrier`], so a pod run is driven by exactly the code that drives a VM run, its
+//! messages worded for the pod ([`Place::Pod`]).
 
 use sandbox_core::SetupStage;
 use std::io::ErrorKind;
@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kube::api::AttachedProcess;
+use sandbox_agent::{Carrier, Place};
 use sandbox_core::{Error, Result};
-use sandbox_vm::VmInstance;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The most of the exec's standard error (the agent's own diagnostics) and status kept for
@@ -112,8 +112,12 @@ fn keep(tail: &Mutex<Vec<u8>>, bytes: &[u8]) {
     tail.drain(..extra);
 }
 
-impl VmInstance for PodChannel {
-    fn agent(&self) -> std::io::Result<UnixStream> {
+impl Carrier for PodChannel {
+    fn place(&self) -> Place {
+        Place::Pod
+    }
+
+    fn channel(&self) -> std::io::Result<UnixStream> {
         match &self.host {
             Some(host) => host.try_clone(),
             None => Err(std::io::Error::new(
@@ -123,15 +127,11 @@ impl VmInstance for PodChannel {
         }
     }
 
-    fn pid(&self) -> Option<u32> {
-        None
-    }
-
-    fn exited(&mut self) -> bool {
+    fn ended(&mut self) -> bool {
         self.ended.load(Ordering::SeqCst)
     }
 
-    fn console_tail(&self) -> String {
+    fn diagnostics(&self) -> String {
         let tail = match self.tail.lock() {
             Ok(t) => t,
             Err(poisoned) => poisoned.into_inner(),
@@ -143,15 +143,7 @@ impl VmInstance for PodChannel {
         )
     }
 
-    fn save(&mut self, _path: &std::path::Path) -> Result<()> {
-        Err(Error::invalid("cluster: a pod cannot be snapshotted"))
-    }
-
-    fn wait_running(&mut self, _deadline: std::time::Instant) -> Result<()> {
-        Ok(())
-    }
-
-    fn shutdown(&mut self) {
+    fn teardown(&mut self) {
         self.host = None;
         for task in self.tasks.drain(..) {
             task.abort();
@@ -161,31 +153,6 @@ impl VmInstance for PodChannel {
 
 impl Drop for PodChannel {
     fn drop(&mut self) {
-        self.shutdown();
-    }
-}
-
-/// The run driver's errors speak of a VM; a cluster run's name the pod's agent channel.
-pub(crate) fn rename(error: Error) -> Error {
-    let fix = |text: String| {
-        text.replacen("microvm: ", "cluster: ", 1)
-            .replace("the guest agent", "the pod's agent")
-            .replace(
-                "the VMM exited during the run",
-                "the exec stream ended during the run",
-            )
-            .replace("the VM closed the agent channel", "the exec stream closed")
-    };
-    match error {
-        Error::Internal { message, source } => Error::Internal {
-            message: fix(message),
-            source,
-        },
-        Error::Setup { at, stage, source } => Error::Setup {
-            at,
-            stage: fix(stage),
-            source,
-        },
-        other => other,
+        self.teardown();
     }
 }

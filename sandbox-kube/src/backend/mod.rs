@@ -30,7 +30,7 @@
 //!
 //! With [`ClusterOptions::inner_cli`] (the `strata` CLI in the pool's image) the agent runs
 //! the tool through that CLI under Strata's process backend inside the pod, as the microVM
-//! backend does in its guest ([`sandbox_vm::inner`]); the inner receipt is merged.
+//! backend does in its guest ([`sandbox_agent::inner`]); the inner receipt is merged.
 //!
 //! The receipt states what the cluster enforced, read from the pool's `SandboxTemplate`
 //! (runtime class, security context, resource limits, NetworkPolicy), what the agent (or the
@@ -51,13 +51,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
+use sandbox_agent::driver::{self as session, AgentRun, Ending, Greeting, RunPlan};
+use sandbox_agent::inner::{self, InnerPaths, InnerRun};
+use sandbox_agent::protocol::{GuestExit, GuestRlimits, RunRequest};
+use sandbox_agent::{Carrier, Place};
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Check, Error, LimitKind, Mechanism, Net,
     Receipt, ResourceUsage, Result, RunContext, RunOutput, Strictness, Tool,
 };
-use sandbox_vm::inner::{self, InnerPaths, InnerRun};
-use sandbox_vm::protocol::{GuestExit, GuestRlimits, RunRequest};
-use sandbox_vm::session::{self, Boot, Ending, RunPlan};
 
 use crate::client::{error_chain, Cluster, ClusterError};
 use crate::crd::{ClaimLifecycle, NameRef, SandboxClaimSpec, ShutdownPolicy};
@@ -384,11 +385,12 @@ fn inner_plan(
 ) -> Result<Option<InnerRun>> {
     let Some(cli) = cli else { return Ok(None) };
     let paths = InnerPaths {
+        place: Place::Pod,
         cli: cli.to_owned(),
         caps_file: INNER_CAPS.into(),
         result_file: INNER_RESULT.into(),
     };
-    let mut inner = inner::plan_at(tool, caps, proxy_env, &paths)?;
+    let mut inner = inner::plan(tool, caps, proxy_env, &paths)?;
     if strictness == Strictness::BestEffort {
         inner.argv.insert(2, "--best-effort".into());
     }
@@ -609,7 +611,7 @@ impl ClusterBackend {
         request: RunRequest,
         caps: &Caps,
         ctx: &RunContext,
-    ) -> Result<session::VmRun> {
+    ) -> Result<AgentRun> {
         let pods: Api<Pod> =
             Api::namespaced(self.cluster.client().clone(), self.cluster.namespace());
         let name = pod.to_owned();
@@ -630,15 +632,17 @@ impl ClusterBackend {
                     std::io::Error::other(error_chain(&e)),
                 )
             })?;
-        let instance = channel::PodChannel::open(self.runtime.handle(), attached, pod)?;
+        let mut channel = channel::PodChannel::open(self.runtime.handle(), attached, pod)?;
         let plan = RunPlan {
-            boot: Boot::Cold,
+            greeting: Greeting::AwaitReady,
             ready_timeout: self.options.agent_timeout,
             request,
             stdin: &caps.stdin,
             archives: Vec::new(),
         };
-        session::run_on(Box::new(instance), plan, ctx).map_err(channel::rename)
+        let result = session::drive(&mut channel, Instant::now(), plan, ctx);
+        channel.teardown();
+        result
     }
 
     /// The run's output and receipt from what came back (`lifetime`: how the pod was held).
@@ -649,7 +653,7 @@ impl ClusterBackend {
         caps: &Caps,
         ctx: &RunContext,
         prepared: Prepared,
-        vm: session::VmRun,
+        vm: AgentRun,
         started: Instant,
         lifetime: String,
     ) -> Result<RunOutput> {
@@ -662,12 +666,7 @@ impl ClusterBackend {
         } = prepared;
         let inner_result = match (&inner, &vm.ending) {
             (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
-                Some(inner::parse_as(
-                    vm.report.as_deref(),
-                    &vm.stderr,
-                    BackendKind::Cluster,
-                    "the pod",
-                )?)
+                Some(inner::parse(vm.report.as_deref(), &vm.stderr, Place::Pod)?)
             }
             _ => None,
         };
@@ -698,20 +697,12 @@ impl ClusterBackend {
         }
         let inner_ran = inner_result.is_some();
         if let Some(result) = &inner_result {
-            inner::require_complete(
-                result,
-                ctx.strictness,
-                BackendKind::Cluster,
-                "the pod",
-                peer.is_some(),
-            )?;
+            inner::require_complete(result, ctx.strictness, Place::Pod, peer.is_some())?;
         }
         if let Some(result) = inner_result {
             match &peer {
-                Some(peer) => {
-                    inner::merge_proxied(&mut receipt, result.receipt, "in the pod", peer)
-                }
-                None => inner::merge_as(&mut receipt, result.receipt, "in the pod"),
+                Some(peer) => inner::merge_proxied(&mut receipt, result.receipt, Place::Pod, peer),
+                None => inner::merge(&mut receipt, result.receipt, Place::Pod),
             }
         }
         match limit_hit {

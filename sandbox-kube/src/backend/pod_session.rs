@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use sandbox_agent::driver::Ending;
+use sandbox_agent::protocol::{GuestExit, GuestFile, RunRequest, MAX_REPORT};
 use sandbox_core::{Caps, Error, Result, RunContext, RunOutput, Tool};
-use sandbox_vm::protocol::{GuestExit, GuestFile, RunRequest, MAX_REPORT};
-use sandbox_vm::session::Ending;
 
 use super::{claim_on, cluster_error, ClusterBackend};
 

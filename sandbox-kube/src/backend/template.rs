@@ -298,7 +298,7 @@ pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Ca
             format!(
                 "timeout {} ms plus {} ms for the inner sandbox to start and report, as a backstop; the inner sandbox enforces the timeout itself",
                 limits.timeout.as_millis(),
-                sandbox_vm::inner::INNER_SLACK_MS
+                sandbox_agent::inner::INNER_SLACK_MS
             )
         } else {
             format!(

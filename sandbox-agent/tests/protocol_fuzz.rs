@@ -2,7 +2,7 @@
 //! bytes arrive (random, or valid frames mutated).
 
 use proptest::prelude::*;
-use sandbox_vm::protocol::{encode, AgentMsg, Decoder, HostMsg, OutStream, MAX_FRAME};
+use sandbox_agent::protocol::{encode, AgentMsg, Decoder, HostMsg, OutStream, MAX_FRAME};
 
 fn valid_frames() -> Vec<u8> {
     let mut wire = Vec::new();

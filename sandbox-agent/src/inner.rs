@@ -1,15 +1,14 @@
-//! The layers inside the VM: the guest agent runs the tool through the `strata` CLI on the
-//! guest tools disk, under the process backend (commands and scripts), the container
+//! The layer inside the agent's place: the agent runs the tool through the `strata` CLI (on
+//! the guest tools disk in a VM, in the image in a pod), under the process backend (commands and scripts), the container
 //! backend's native runtime (`caps.container`: an OCI image) or the wasm backend (wasm
 //! tools), with the run's caps. The CLI writes its result (status, limits, receipt) to a
 //! file the agent sends back; [`merge`] folds it into the host's run output, so the
-//! receipt lists every layer from the VM inward.
+//! receipt lists every layer from the VM or pod inward. Every message names the [`Place`].
 //!
-//! An image or wasm module travels on the input disk (the last grant slot, mounted at
-//! [`INPUT_DIR`]): a directory (an OCI layout or a root file system) as its own image, a
+//! In a VM, an image or wasm module travels on the input disk (the last grant slot, mounted
+//! at [`INPUT_DIR`]): a directory (an OCI layout or a root file system) as its own image, a
 //! file (an image archive, a module) in a directory of its own.
 
-use sandbox_core::SetupStage;
 use std::path::{Path, PathBuf};
 
 use sandbox_core::{
@@ -17,6 +16,7 @@ use sandbox_core::{
     Mount, Net, Receipt, Result, Tool,
 };
 
+use crate::place::Place;
 use crate::protocol::GuestFile;
 
 /// Where the tools disk is mounted in the guest.
@@ -37,6 +37,8 @@ pub const INNER_SLACK_MS: u64 = 10_000;
 /// agent writes, the result file it reads back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InnerPaths {
+    /// Where the agent runs.
+    pub place: Place,
     /// The `strata` CLI.
     pub cli: String,
     /// The caps file (written by the agent before the run).
@@ -49,6 +51,7 @@ impl InnerPaths {
     /// The microVM guest's: the CLI on the tools disk, the files under `/run/strata`.
     pub fn guest() -> InnerPaths {
         InnerPaths {
+            place: Place::Vm,
             cli: format!("{TOOLS_DIR}/strata"),
             caps_file: CAPS_FILE.into(),
             result_file: RESULT_FILE.into(),
@@ -71,21 +74,14 @@ pub struct InnerRun {
     pub input: Option<PathBuf>,
 }
 
-/// The inner run for `tool` under `caps` (the grants already mounted at their guest paths by
-/// the agent; `proxy_env`: the egress proxy variables when the run has an allowlist).
+/// The inner run for `tool` under `caps`, with the CLI and its files at `paths` (the grants
+/// already mounted at their guest paths by the agent; `proxy_env`: the egress proxy
+/// variables when the run has an allowlist).
 ///
 /// # Errors
-/// [`Error::Invalid`] for a container spec the guest cannot run (an engine runtime, a kept
-/// workspace) or caps that do not serialize.
-pub fn plan(tool: &Tool, caps: &Caps, proxy_env: &[(String, String)]) -> Result<InnerRun> {
-    plan_at(tool, caps, proxy_env, &InnerPaths::guest())
-}
-
-/// [`plan`] with the CLI and its files at `paths` (e.g. in a pod's image and workspace).
-///
-/// # Errors
-/// As [`plan`].
-pub fn plan_at(
+/// [`Error::InvalidRequest`] for a container spec the agent's place cannot run (an engine
+/// runtime, a kept workspace) or caps that do not serialize.
+pub fn plan(
     tool: &Tool,
     caps: &Caps,
     proxy_env: &[(String, String)],
@@ -115,14 +111,17 @@ pub fn plan_at(
     let backend = if let Some(spec) = &caps.container {
         if spec.runtime != ContainerRuntime::Native {
             return Err(Error::invalid(format!(
-                "the microvm backend runs images with the native runtime inside the guest (asked for {})",
+                "the {} backend runs images with the native runtime inside {} (asked for {})",
+                paths.place.backend(),
+                paths.place.name(),
                 spec.runtime
             )));
         }
         if spec.workspace.is_some() {
-            return Err(Error::invalid(
-                "a kept container workspace is not supported inside the microvm backend",
-            ));
+            return Err(Error::invalid(format!(
+                "a kept container workspace is not supported inside the {} backend",
+                paths.place.backend()
+            )));
         }
         let host = PathBuf::from(&spec.image);
         let guest = input_path(&host)?;
@@ -196,27 +195,6 @@ fn input_path(host: &Path) -> Result<String> {
     Ok(format!("{INPUT_DIR}/{}", name.to_string_lossy()))
 }
 
-/// The input disk's contents: `host` itself when it is a directory, else a directory under
-/// `scratch` holding a copy of the file.
-///
-/// # Errors
-/// When the file cannot be copied.
-pub fn input_dir(host: &Path, scratch: &Path) -> Result<PathBuf> {
-    if host.is_dir() {
-        return Ok(host.to_path_buf());
-    }
-    let dir = scratch.join("input");
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Error::setup(SetupStage::Host, "microvm: input disk", e))?;
-    let name = host.file_name().unwrap_or_default();
-    let to = dir.join(name);
-    if std::fs::hard_link(host, &to).is_err() {
-        std::fs::copy(host, &to)
-            .map_err(|e| Error::setup(SetupStage::Host, "microvm: input disk", e))?;
-    }
-    Ok(dir)
-}
-
 /// What the inner run reported.
 #[derive(Debug)]
 pub struct InnerResult {
@@ -226,50 +204,38 @@ pub struct InnerResult {
     pub receipt: Receipt,
 }
 
-/// Parses the inner CLI's result file.
+/// Parses the inner CLI's result file from an inner run in `place`; errors name the outer
+/// backend and the place.
 ///
 /// # Errors
 /// The inner run's own error (with its kind), or [`Error::Internal`] when the report is
 /// missing or malformed.
-pub fn parse(report: Option<&[u8]>, stderr: &[u8]) -> Result<InnerResult> {
-    parse_as(report, stderr, BackendKind::Microvm, "the guest")
-}
-
-/// [`parse`] for an inner run of the `outer` backend, in `place` (`the pod`): errors name
-/// them.
-///
-/// # Errors
-/// As [`parse`].
-pub fn parse_as(
-    report: Option<&[u8]>,
-    stderr: &[u8],
-    outer: BackendKind,
-    place: &str,
-) -> Result<InnerResult> {
+pub fn parse(report: Option<&[u8]>, stderr: &[u8], place: Place) -> Result<InnerResult> {
+    let (outer, where_) = (place.backend(), place.name());
     let data = report.unwrap_or_default();
     if data.is_empty() {
         return Err(Error::Internal {
             message: format!(
-                "{outer}: the sandbox inside {place} reported nothing ({})",
+                "{outer}: the sandbox inside {where_} reported nothing ({})",
                 String::from_utf8_lossy(stderr).trim()
             ),
             source: None,
         });
     }
     let value: serde_json::Value = serde_json::from_slice(data).map_err(|e| Error::Internal {
-        message: format!("{outer}: malformed result from inside {place}: {e}"),
+        message: format!("{outer}: malformed result from inside {where_}: {e}"),
         source: None,
     })?;
     if let Some(error) = value.get("error") {
         let kind = error.get("kind").and_then(|k| k.as_str()).unwrap_or("");
         let message = format!(
-            "inside {place}: {}",
+            "inside {where_}: {}",
             error.get("message").and_then(|m| m.as_str()).unwrap_or("")
         );
         return Err(match kind {
             "invalid_request" => Error::invalid(message),
             "unenforceable" => {
-                Error::unenforceable(format!("{outer}: the sandbox inside {place}"), message)
+                Error::unenforceable(format!("{outer}: the sandbox inside {where_}"), message)
             }
             "backend_unavailable" => Error::unavailable(outer, message),
             _ => Error::Internal {
@@ -281,7 +247,7 @@ pub fn parse_as(
     let receipt: Receipt =
         serde_json::from_value(value.get("receipt").cloned().unwrap_or_default()).map_err(|e| {
             Error::Internal {
-                message: format!("microvm: malformed receipt from inside the guest: {e}"),
+                message: format!("{outer}: malformed receipt from inside {where_}: {e}"),
                 source: None,
             }
         })?;
@@ -303,7 +269,7 @@ pub fn parse_as(
         (None, None, Some(code)) => ExitStatus::Exited { code: code as i32 },
         (None, None, None) => {
             return Err(Error::Internal {
-                message: "microvm: the inner result has no status".into(),
+                message: format!("{outer}: the inner result has no status"),
                 source: None,
             })
         }
@@ -323,10 +289,10 @@ pub fn parse_as(
 pub fn require_complete(
     result: &InnerResult,
     strictness: sandbox_core::Strictness,
-    outer: BackendKind,
-    place: &str,
+    place: Place,
     proxied: bool,
 ) -> Result<()> {
+    let (outer, place) = (place.backend(), place.name());
     let gaps: Vec<String> = result
         .receipt
         .gaps
@@ -346,32 +312,28 @@ pub fn require_complete(
     ))
 }
 
-/// Folds the inner receipt into the VM's: the inner backend becomes the next layer, its
-/// enforcements, gaps and denials are listed with `in the guest:` before their mechanism
-/// or detail.
-pub fn merge(outer: &mut Receipt, inner: Receipt) {
-    merge_as(outer, inner, "in the guest");
-}
-
-/// [`merge_as`] for a run whose allowlist the outer layer enforces through the egress
+/// [`merge`] for a run whose allowlist the outer layer enforces through the egress
 /// proxy at `peer`: the inner sandbox was asked to share the outer network (its only peer
 /// is that proxy), so the inner layer's "network shared" gap is stated as what it is.
-pub fn merge_proxied(outer: &mut Receipt, mut inner: Receipt, place: &str, peer: &str) {
+pub fn merge_proxied(outer: &mut Receipt, mut inner: Receipt, place: Place, peer: &str) {
     let before = inner.gaps.len();
     inner.gaps.retain(|g| g.capability != Capability::Net);
     if inner.gaps.len() != before {
         outer.enforce(
             Capability::Net,
             Mechanism::Proxy,
-            format!("{place}: the outer network"),
+            format!("{}: the outer network", place.inside()),
             format!("the inner sandbox shares it; its only peer is the egress proxy at {peer}, which applies the allowlist"),
         );
     }
-    merge_as(outer, inner, place);
+    merge(outer, inner, place);
 }
 
-/// [`merge`], each inner line prefixed with `place` (`in the pod`).
-pub fn merge_as(outer: &mut Receipt, inner: Receipt, place: &str) {
+/// Folds the inner receipt into the outer one: the inner backend becomes the next layer, its
+/// enforcements, gaps and denials are listed with the place (`in the guest:`, `in the pod:`)
+/// before their mechanism or detail.
+pub fn merge(outer: &mut Receipt, inner: Receipt, place: Place) {
+    let place = place.inside();
     outer.layers.extend(inner.layers);
     for mut e in inner.enforced {
         e.mechanism = format!("{place}: {}", e.mechanism);
@@ -413,46 +375,20 @@ mod tests {
     #[test]
     fn a_strict_run_whose_layer_inside_reports_a_gap_is_withheld() {
         let result = result_with_gap(Capability::Fs);
-        let err = require_complete(
-            &result,
-            Strictness::Strict,
-            BackendKind::Microvm,
-            "the guest",
-            false,
-        )
-        .expect_err("withheld");
+        let err =
+            require_complete(&result, Strictness::Strict, Place::Vm, false).expect_err("withheld");
         assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable);
         assert!(err.to_string().contains("inside the guest"), "{err}");
         assert!(err.to_string().contains("landlock ABI 2"), "{err}");
-        require_complete(
-            &result,
-            Strictness::BestEffort,
-            BackendKind::Microvm,
-            "the guest",
-            false,
-        )
-        .expect("best effort keeps it as a gap");
+        require_complete(&result, Strictness::BestEffort, Place::Vm, false)
+            .expect("best effort keeps it as a gap");
     }
 
     #[test]
     fn the_shared_network_of_a_proxied_run_is_not_a_missing_guarantee() {
         let result = result_with_gap(Capability::Net);
-        require_complete(
-            &result,
-            Strictness::Strict,
-            BackendKind::Cluster,
-            "the pod",
-            true,
-        )
-        .expect("asked for");
-        assert!(require_complete(
-            &result,
-            Strictness::Strict,
-            BackendKind::Cluster,
-            "the pod",
-            false
-        )
-        .is_err());
+        require_complete(&result, Strictness::Strict, Place::Pod, true).expect("asked for");
+        assert!(require_complete(&result, Strictness::Strict, Place::Pod, false).is_err());
     }
     /// A strict session grants its workspace with `protect_host_executed: false`: the layer
     /// inside states that as a gap the caller asked for, which does not withhold the run.
@@ -467,13 +403,6 @@ mod tests {
             status: ExitStatus::Exited { code: 0 },
             receipt,
         };
-        require_complete(
-            &result,
-            Strictness::Strict,
-            BackendKind::Microvm,
-            "the guest",
-            false,
-        )
-        .expect("asked for");
+        require_complete(&result, Strictness::Strict, Place::Vm, false).expect("asked for");
     }
 }

@@ -38,10 +38,14 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sandbox_vm::protocol::{
+use sandbox_agent::protocol::{
     encode, AgentMsg, Decoder, GuestExit, GuestLimit, GuestMount, GuestRlimits, HostMsg, OutStream,
     RunRequest, CHUNK, MAX_REPORT, PORT_NAME, PROTOCOL_VERSION,
 };
+// Where the agent runs decides what it may do to its machine: in a VM (PID 1's successor)
+// it is root and owns the machine; in a pod (`serve`) it is unprivileged and the pod's
+// machine is not its to change.
+use sandbox_agent::Place;
 
 /// `_IO('R', 0x07)`: reseed the kernel's CRNG from its input pool now (root only).
 const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
@@ -50,15 +54,6 @@ const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
 type Port = Arc<Mutex<Box<dyn Write + Send>>>;
 /// The channel's receiving half.
 type Reader = Box<dyn Read + Send>;
-
-/// Where the agent runs, which decides what it may do to its machine.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Place {
-    /// PID 1's successor in a microVM: root, owns the machine.
-    Vm,
-    /// `serve` in a pod: unprivileged, the pod's machine is not its to change.
-    Pod,
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_vm::protocol::{
+use sandbox_agent::protocol::{
     encode, AgentMsg, Decoder, GuestExit, GuestFile, GuestMount, GuestRlimits, HostMsg, OutStream,
     RunRequest, PROTOCOL_VERSION,
 };

@@ -1,0 +1,24 @@
+//! What the microVM and cluster backends share: the far end of the run is Strata's agent
+//! (`strata-guest-agent`), reached over a byte channel that a VM or a pod provides.
+//!
+//! Module map: [`protocol`] (frames, messages, decoder), [`place`] (where the agent runs,
+//! and every message worded for it), [`carrier`] (what a VM or a pod provides: the channel,
+//! whether it ended, diagnostics, teardown), [`driver`] (one run over a carrier: greeting,
+//! request, stdin, output, wall clock, read-write grants back), [`inner`] (the sandbox the
+//! agent runs the tool in: the plan, the parse of its result, the merge of its receipt).
+//! The guest agent binary is `src/bin/strata-guest-agent.rs`.
+//!
+//! This crate depends on `sandbox-core` only, so the cluster backend does not build the
+//! microVM backend and neither backend depends on the other.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod carrier;
+pub mod driver;
+pub mod inner;
+pub mod place;
+pub mod protocol;
+
+pub use carrier::Carrier;
+pub use place::Place;
