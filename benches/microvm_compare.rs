@@ -30,7 +30,7 @@ fn time_runs(backend: &dyn Backend, tool: &Tool, runs: usize) -> Vec<f64> {
     (0..runs)
         .map(|_| {
             let t = Instant::now();
-            let out = backend.run(tool, &Caps::new(), &ctx).expect("run");
+            let out = backend.run_caps(tool, &Caps::new(), &ctx).expect("run");
             assert_eq!(
                 out.stdout,
                 b"hi\n",

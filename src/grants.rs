@@ -1,7 +1,7 @@
 //! Grants as the tier sees them: resolved on this host before the tier decides, and pinned
 //! so the run binds exactly the paths the tier checked.
 //!
-//! A tier limits host paths ([`sandbox_core::policy::Tier`]), but a grant may name one
+//! A tier limits host paths ([`sandbox_policy::Tier`]), but a grant may name one
 //! place and bind another: `--ro-follow /tmp/x/link` with `link -> /etc` binds `/etc`. So
 //! before a tiered run is admitted, every grant is resolved here with the resolution the
 //! backends use ([`sandbox_core::grant::resolve`] over the real file system: components

@@ -27,8 +27,11 @@
 //! naming its feature. The microVM backend (crate `sandbox-vm`, always built: it has no heavy
 //! dependencies) boots a fresh QEMU `microvm` guest per run; see [`MicrovmBackend`].
 //!
-//! [`Sandbox`] is the entry point; [`ProcessBackend`] and [`ContainerBackend`] are
-//! re-exported for embedders that drive a backend through the [`Backend`] trait directly.
+//! [`Sandbox`] is the entry point: it applies the policy layer ([`policy`], the
+//! `sandbox-policy` crate), chooses the backend, plans the run's [`RunSpec`] once for it and
+//! hands the backend that spec. [`ProcessBackend`] and [`ContainerBackend`] are re-exported
+//! for embedders that drive a backend through the [`Backend`] trait directly
+//! ([`Backend::run_caps`] plans the spec from caps).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -44,7 +47,7 @@ pub use sandbox::{doctor, unix_time_ms, BackendChoice, Sandbox, SandboxBuilder};
 #[cfg(unix)]
 pub use sandbox_core::StdinSource;
 /// The names of every caps field in each dialect, and the generated JSON Schemas.
-pub use sandbox_core::{audit, names, policy, schema, token};
+pub use sandbox_core::{audit, names, schema, token};
 pub use sandbox_core::{
     backend, caps, error, grant, output, receipt, report, size, spec, tool, Access, Backend,
     BackendKind, BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,
@@ -55,6 +58,7 @@ pub use sandbox_core::{
     RunSpec, ScriptLanguage, Secret, SetupStage, Stream, Strictness, SystemDirs, Tool, TrapKind,
     RUN_SPEC_VERSION, STDIN_BUFFER,
 };
+pub use sandbox_policy as policy;
 #[cfg(feature = "process")]
 pub use session::{Call, FileEntry, FileKind, Session, SessionOptions, Transfer};
 

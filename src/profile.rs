@@ -35,8 +35,8 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_core::policy::{Risk, Tier};
 use sandbox_core::{ByteSize, Caps, Error, Result, Strictness};
+use sandbox_policy::{Risk, Tier};
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -6,11 +6,12 @@ use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
 use sandbox_core::audit::{AuditEvent, AuditLog};
-use sandbox_core::policy::{self, Approver, BackendOffer, GrantBook, RoutePolicy, Tier};
+use sandbox_core::grant::RealHost;
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Caps, DoctorReport, Error, PolicyReceipt, Result,
-    RunContext, RunOutput, Strictness, Tool,
+    RunContext, RunOutput, RunSpec, Strictness, Tool,
 };
+use sandbox_policy::{self as policy, Approver, BackendOffer, GrantBook, RoutePolicy, Tier};
 
 /// Which backend runs a tool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -180,7 +181,7 @@ impl SandboxBuilder {
         self
     }
 
-    /// Who decides requests beyond the tier (see [`sandbox_core::policy::elevation`]).
+    /// Who decides requests beyond the tier (see [`sandbox_policy::elevation`]).
     /// Default: none, so such requests are refused.
     pub fn approver(mut self, approver: impl Approver + 'static) -> Self {
         self.approver = Some(Arc::new(approver));
@@ -287,25 +288,14 @@ struct TierTable {
 
 impl TierTable {
     fn new(defined: Vec<Tier>) -> TierTable {
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .filter(|h| h.is_absolute())
-            .unwrap_or_else(|| PathBuf::from("/home"));
-        TierTable { defined, home }
+        TierTable {
+            defined,
+            home: Tier::default_home(),
+        }
     }
 
     fn get(&self, name: &str) -> Result<Tier> {
-        if let Some(tier) = self.defined.iter().find(|t| t.name == name) {
-            return Ok(tier.clone());
-        }
-        Tier::preset(name, &self.home).ok_or_else(|| {
-            let mut known: Vec<String> = Tier::PRESETS.iter().map(|s| s.to_string()).collect();
-            known.extend(self.defined.iter().map(|t| t.name.clone()));
-            Error::invalid(format!(
-                "unknown tier {name:?} (known: {})",
-                known.join(", ")
-            ))
-        })
+        Tier::lookup(name, &self.defined, Some(&self.home))
     }
 }
 
@@ -611,10 +601,10 @@ impl Sandbox {
     pub fn commit_workspace(
         &self,
         workspace: &mut sandbox_os::Workspace,
-        selection: &sandbox_core::policy::workspace::Selection,
+        selection: &sandbox_policy::workspace::Selection,
         accept_flagged: &[PathBuf],
-        mode: sandbox_core::policy::workspace::CommitMode,
-    ) -> Result<sandbox_core::policy::workspace::CommitReport> {
+        mode: sandbox_policy::workspace::CommitMode,
+    ) -> Result<sandbox_policy::workspace::CommitReport> {
         let result = workspace.commit(selection, accept_flagged, mode);
         let detail = match &result {
             Ok(report) => format!(
@@ -655,6 +645,9 @@ impl Sandbox {
         caps: &Caps,
         ctx: &RunContext,
     ) -> Result<RunOutput> {
+        // Bad input is refused before policy and routing look at it (the spec planned for
+        // the chosen backend below checks it again with that backend's rules; no backend
+        // validates on its own).
         caps.validate()?;
         tier_caps.validate()?;
         let mut receipt = PolicyReceipt::default();
@@ -689,11 +682,12 @@ impl Sandbox {
         }
         let caps = pinned_caps.as_ref().unwrap_or(caps);
         let kind = self.choose_backend(tool, caps, ctx, &mut receipt)?;
+        let spec = RunSpec::plan(kind, tool, caps, &RealHost)?;
         let backend = self.backend(kind)?;
         let span =
             tracing::info_span!("strata.run", backend = %backend.kind(), tool = %tool.describe());
         let _enter = span.enter();
-        let result = backend.run(tool, caps, ctx);
+        let result = backend.run(tool, &spec, ctx);
         match &result {
             Ok(out) => tracing::info!(
                 status = %out.status,

@@ -438,9 +438,9 @@ fn kept_workspace_runs_on_a_shared_process_backend_are_never_prebuilt_by_its_war
     let backend = strata::ContainerBackend::with_process(Arc::clone(&process))
         .with_cache(sandbox_container::Cache::new(fixture.cache.path()));
     let ctx = strata::RunContext::default();
-    let first = strata::Backend::run(&backend, &sh("echo kept > /etc/kept"), &caps, &ctx);
+    let first = strata::Backend::run_caps(&backend, &sh("echo kept > /etc/kept"), &caps, &ctx);
     ok_stdout(&first.expect("1"));
-    let second = strata::Backend::run(&backend, &sh("cat /etc/kept"), &caps, &ctx);
+    let second = strata::Backend::run_caps(&backend, &sh("cat /etc/kept"), &caps, &ctx);
     assert_eq!(ok_stdout(&second.expect("2")), "kept\n");
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(

@@ -60,7 +60,7 @@ except OSError:
         port = HTTP_PORT,
     );
     let out = MicrovmBackend::new()
-        .run(
+        .run_caps(
             &Tool::script(strata::ScriptLanguage::Python, script),
             &caps,
             &RunContext::default(),
@@ -94,7 +94,7 @@ except OSError:
 #[test]
 fn microvm_refuses_host_networking() {
     let err = MicrovmBackend::new()
-        .run(
+        .run_caps(
             &Tool::command(["true"]),
             &Caps::new().net(Net::Host),
             &RunContext::default(),

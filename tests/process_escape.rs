@@ -1307,7 +1307,7 @@ fn faulty(
     };
     let marker = tempfile::tempdir().expect("tempdir");
     let flag = marker.path().join("ran");
-    let result = strata::Backend::run(
+    let result = strata::Backend::run_caps(
         &backend,
         &sh(&format!("touch {}", flag.display())),
         &Caps::new().read_write(marker.path()),

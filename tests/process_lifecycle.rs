@@ -181,19 +181,19 @@ fn default_pool_makes_the_second_run_of_a_shape_warm_and_only_that_shape() {
     let backend = strata::ProcessBackend::with_helper(helper());
     let (tool, ctx) = (Tool::command(["/bin/true"]), RunContext::default());
     let caps = Caps::new();
-    backend.run(&tool, &caps, &ctx).expect("first run");
+    backend.run_caps(&tool, &caps, &ctx).expect("first run");
     assert!(
         eventually(Duration::from_secs(10), || backend.warm_idle() == 1),
         "one sandbox built for the shape after its first run, got {}",
         backend.warm_idle()
     );
-    backend.run(&tool, &caps, &ctx).expect("second run");
+    backend.run_caps(&tool, &caps, &ctx).expect("second run");
     let stats = backend.pool_stats();
     assert_eq!((stats.cold_runs, stats.warm_runs), (1, 1), "{stats:?}");
     // Another CPU quota is another shape: a pooled sandbox of the first must not serve it.
     let mut other = Caps::new();
     other.limits.cpus = 0.5;
-    backend.run(&tool, &other, &ctx).expect("other shape");
+    backend.run_caps(&tool, &other, &ctx).expect("other shape");
     let stats = backend.pool_stats();
     assert_eq!((stats.cold_runs, stats.warm_runs), (2, 1), "{stats:?}");
 }
@@ -213,7 +213,7 @@ fn back_to_back_runs_take_the_sandbox_being_built_instead_of_building_another() 
         Caps::new(),
     );
     for _ in 0..20 {
-        backend.run(&tool, &caps, &ctx).expect("run");
+        backend.run_caps(&tool, &caps, &ctx).expect("run");
     }
     let stats = backend.pool_stats();
     assert_eq!((stats.cold_runs, stats.warm_runs), (1, 19), "{stats:?}");
@@ -231,7 +231,7 @@ fn idle_warm_sandboxes_expire_and_leave_no_processes() {
     });
     let ctx = RunContext::default();
     backend
-        .run(&Tool::command(["/bin/true"]), &Caps::new(), &ctx)
+        .run_caps(&Tool::command(["/bin/true"]), &Caps::new(), &ctx)
         .expect("run");
     assert!(
         eventually(Duration::from_secs(10), || backend.pool_stats().built == 1),
@@ -264,7 +264,7 @@ fn pool_holds_at_most_its_total_and_evicts_the_oldest() {
     let tool = Tool::command(["/bin/true"]);
     let shape = |n: u64| Caps::new().timeout(Duration::from_secs(10 + n));
     for n in 0..4 {
-        backend.run(&tool, &shape(n), &ctx).expect("run");
+        backend.run_caps(&tool, &shape(n), &ctx).expect("run");
         assert!(
             eventually(Duration::from_secs(10), || backend.pool_stats().built
                 == n + 1),
@@ -279,13 +279,17 @@ fn pool_holds_at_most_its_total_and_evicts_the_oldest() {
         "{:?}",
         backend.pool_stats()
     );
-    backend.run(&tool, &shape(3), &ctx).expect("newest shape");
+    backend
+        .run_caps(&tool, &shape(3), &ctx)
+        .expect("newest shape");
     assert_eq!(
         backend.pool_stats().warm_runs,
         1,
         "the newest shape stayed warm"
     );
-    backend.run(&tool, &shape(0), &ctx).expect("oldest shape");
+    backend
+        .run_caps(&tool, &shape(0), &ctx)
+        .expect("oldest shape");
     assert_eq!(
         backend.pool_stats().warm_runs,
         1,

@@ -650,9 +650,9 @@ function verifyAudit(path, options) {
 
 /** A preset tier (`low`, `medium`, `high`) as an object, to inspect or adapt for `tiers`. */
 function tierPreset(name, home) {
-  const json = native.tierPresetJson(String(name), home)
-  if (json == null) throw new InvalidRequestError(`unknown tier preset ${JSON.stringify(name)} (expected low, medium or high)`)
-  return JSON.parse(json)
+  const tier = JSON.parse(native.tierPresetJson(String(name), home))
+  if (tier.error) throw new InvalidRequestError(tier.error)
+  return tier
 }
 
 const version = native.version()

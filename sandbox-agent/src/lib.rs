@@ -5,7 +5,8 @@
 //! and every message worded for it), [`carrier`] (what a VM or a pod provides: the channel,
 //! whether it ended, diagnostics, teardown), [`driver`] (one run over a carrier: greeting,
 //! request, stdin, output, wall clock, read-write grants back), [`inner`] (the sandbox the
-//! agent runs the tool in: the plan, the parse of its result, the merge of its receipt).
+//! agent runs the tool in: the plan, the parse of its result, the merge of its receipt),
+//! [`request`] (the agent's run request, built once from the caps and the place's base).
 //! The guest agent binary is `src/bin/strata-guest-agent.rs`.
 //!
 //! This crate depends on `sandbox-core` only, so the cluster backend does not build the
@@ -19,6 +20,7 @@ pub mod driver;
 pub mod inner;
 pub mod place;
 pub mod protocol;
+pub mod request;
 
 pub use carrier::Carrier;
 pub use place::Place;

@@ -59,8 +59,8 @@ pub enum HostMsg {
     Kill,
 }
 
-/// What the agent runs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What the agent runs. Build one with [`crate::request`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
     /// Program and arguments (`argv[0]` is looked up in `PATH` of `env` when it has no `/`).

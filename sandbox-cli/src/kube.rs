@@ -16,10 +16,7 @@ fn input(args: &KubeRenderArgs) -> Result<RenderInput, String> {
     let mut input = match (&args.tier, &args.profile) {
         (Some(name), _) => {
             // Only the tier's network scope goes into the objects; its home is irrelevant.
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/".into());
-            let tier = Tier::preset(name, std::path::Path::new(&home)).ok_or_else(|| {
-                format!("unknown tier {name:?} (built-in tiers: low, medium, high)")
-            })?;
+            let tier = Tier::lookup(name, &[], None).map_err(|e| e.to_string())?;
             RenderInput::for_tier(&tier, args.image.clone(), boundary)
         }
         (None, Some(path)) => {

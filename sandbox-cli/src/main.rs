@@ -99,25 +99,17 @@ fn version_only() -> Option<String> {
 /// `strata audit verify`: 0 for an intact log, 1 naming the first bad record, 2 when the
 /// file cannot be read.
 fn audit_verify(file: &std::path::Path, head: Option<&str>) -> ExitCode {
-    let reader = match std::fs::File::open(file) {
-        Ok(f) => std::io::BufReader::new(f),
-        Err(e) => {
-            eprintln!("strata: audit log {}: {e}", file.display());
-            return ExitCode::from(2);
-        }
-    };
-    let result = match head {
-        Some(head) => strata::audit::verify_head(reader, head),
-        None => strata::audit::verify(reader),
-    };
-    match result {
+    match strata::audit::verify_file(file, head) {
         Ok(verified) => {
             println!("ok: {} records, head {}", verified.records, verified.head);
             ExitCode::SUCCESS
         }
-        Err(broken) => {
-            eprintln!("strata: audit log {}: {broken}", file.display());
-            ExitCode::from(1)
+        Err(e) => {
+            eprintln!("strata: {e}");
+            match e {
+                strata::audit::AuditFileError::Io { .. } => ExitCode::from(2),
+                strata::audit::AuditFileError::Broken { .. } => ExitCode::from(1),
+            }
         }
     }
 }

@@ -30,15 +30,16 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 use sandbox_core::{
-    BackendKind, Capability, Caps, ContainerReceipt, ContainerRuntime, ContainerSpec, EndReason,
-    Error, ExitStatus, LimitKind, Mechanism, Net, Receipt, ResourceUsage, Result, RunContext,
-    RunOutput, Stream, Tool, STDIN_BUFFER,
+    BackendKind, Capability, Caps, ContainerRuntime, ContainerSpec, EndReason, Error, ExitStatus,
+    LimitKind, Mechanism, Net, ResourceUsage, Result, RunContext, RunOutput, RunSpec, Stream, Tool,
+    STDIN_BUFFER,
 };
-use sandbox_os::backend_api::egress::{self, EgressHost, RunEgress};
-use sandbox_os::backend_api::protocol::{MountRole, MountSpec};
+use sandbox_os::backend_api::egress::{EgressHost, RunEgress};
+use sandbox_os::backend_api::protocol::MountSpec;
 use sandbox_os::backend_api::{plan, NonBlocking};
 use tokio::io::AsyncWriteExt;
 
+use super::engine_receipt::receipt;
 use super::image::{self, Format};
 use super::owner::{Owner, OWNER_LABEL};
 
@@ -253,7 +254,9 @@ struct Plan {
     egress: bool,
 }
 
-fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
+/// The container's shape for `tool` under `caps`, with `binds` (the run spec's resolved
+/// grants) as its bind mounts. The tool was validated when the spec was planned.
+fn plan(tool: &Tool, caps: &Caps, binds: &[MountSpec]) -> Result<Plan> {
     let (cmd, entrypoint) = match tool {
         Tool::Command { argv } if argv.is_empty() => (None, None),
         Tool::Command { argv } => (Some(argv.clone()), None),
@@ -270,13 +273,6 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
             ))
         }
     };
-    if let Tool::Command { argv } = tool {
-        if argv.iter().any(|a| a.contains('\0')) {
-            return Err(Error::invalid("command argument contains a NUL byte"));
-        }
-    } else {
-        tool.validate()?;
-    }
     // An allowlist starts in `none`; the run moves the container into its holder's
     // namespace (see `engine_egress`).
     let (network, egress) = match &caps.net {
@@ -286,11 +282,11 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
         _ => return Err(Error::unenforceable("net", "unknown network policy")),
     };
     let limits = &caps.limits;
-    // The same resolution as the process sandbox: no symlinks unless a grant follows them,
-    // host-executed paths of writable grants bound read-only with their parents pinned.
-    // The engine resolves each source path itself when it mounts (it cannot take an fd),
-    // so a swap between this check and the mount is not caught here: see the threat model.
-    let binds = sandbox_core::RunSpec::new(caps, &plan::RealHost)?.mounts;
+    // The spec resolved the grants as the process sandbox does: no symlinks unless a grant
+    // follows them, host-executed paths of writable grants bound read-only with their
+    // parents pinned. The engine resolves each source path itself when it mounts (it
+    // cannot take an fd), so a swap between that check and the mount is not caught here:
+    // see the threat model.
     let mounts = binds
         .iter()
         .map(|bind| Mount {
@@ -345,7 +341,7 @@ fn plan(tool: &Tool, caps: &Caps) -> Result<Plan> {
         cmd,
         entrypoint,
         host,
-        binds,
+        binds: binds.to_vec(),
         env,
         workdir: caps.workdir.as_ref().map(|w| w.display().to_string()),
         egress,
@@ -473,7 +469,7 @@ fn read(fd: &NonBlocking, buf: &mut [u8]) -> std::io::Result<usize> {
 /// containers get Strata's seccomp profile ([`crate::seccomp_oci`]), which refuses set-id
 /// modes, but gVisor does not apply an OCI seccomp profile by default, so a tool (never
 /// root, but some uid) could leave a setuid file of its uid in the grant on the host.
-const SETID_GAP: &str = "the runsc runtime does not apply Strata's seccomp profile, so it cannot stop a tool from setting setuid/setgid bits on files in a read-write grant (set-id to the container's non-root uid on the host); use the docker or native runtime, or best effort to accept this gap";
+pub(crate) const SETID_GAP: &str = "the runsc runtime does not apply Strata's seccomp profile, so it cannot stop a tool from setting setuid/setgid bits on files in a read-write grant (set-id to the container's non-root uid on the host); use the docker or native runtime, or best effort to accept this gap";
 
 /// Runs `tool` with `caps` in `container` on its engine runtime. With runsc, read-write
 /// grants are refused when strict ([`SETID_GAP`]).
@@ -484,16 +480,17 @@ const SETID_GAP: &str = "the runsc runtime does not apply Strata's seccomp profi
 pub fn run(
     container: &ContainerSpec,
     tool: &Tool,
-    caps: &Caps,
+    spec: &RunSpec,
     ctx: &RunContext,
     process: &sandbox_os::ProcessBackend,
 ) -> Result<RunOutput> {
+    let caps = &spec.caps;
     if container.workspace.is_some() {
         return Err(Error::invalid(
             "a kept container workspace is only supported by the native runtime",
         ));
     }
-    let plan = plan(tool, caps)?;
+    let plan = plan(tool, caps, &spec.mounts)?;
     let mut egress_gap = None;
     let egress = match plan.egress {
         false => None,
@@ -885,202 +882,6 @@ fn trust_mount(
     Ok((dir, mount))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn receipt(
-    container: &ContainerSpec,
-    caps: &Caps,
-    ctx: &RunContext,
-    image_id: &str,
-    user: &str,
-    host: &HostConfig,
-    binds: &[MountSpec],
-    workdir: &str,
-) -> Receipt {
-    let runtime = container.runtime;
-    let engine = if runtime == ContainerRuntime::Podman {
-        "podman"
-    } else {
-        "docker"
-    };
-    let mut r = Receipt::new(BackendKind::Container, ctx.strictness);
-    if runtime == ContainerRuntime::Runsc
-        && binds
-            .iter()
-            .any(|m| m.role == MountRole::Grant && m.writable)
-    {
-        r.gap(Capability::Privileges, SETID_GAP);
-    }
-    if let Some(agent) = &caps.agent {
-        r.gap(
-            Capability::Privileges,
-            format!("agent {agent} does not get its own host uid on the engine runtime"),
-        );
-    }
-    r.container = Some(ContainerReceipt {
-        runtime: runtime.as_str().to_string(),
-        image: container.image.clone(),
-        digest: image_id.to_string(),
-    });
-    let limits = &caps.limits;
-    let mounts: Vec<String> = binds
-        .iter()
-        .filter(|m| m.role == MountRole::Grant)
-        .map(|m| {
-            let access = if m.writable { "rw" } else { "ro" };
-            match &m.followed_from {
-                Some(from) => format!(
-                    "{}={} ({access}, symlinks followed from {})",
-                    m.target.display(),
-                    m.source.display(),
-                    from.display()
-                ),
-                None => format!("{}={} ({access})", m.target.display(), m.source.display()),
-            }
-        })
-        .collect();
-    r.enforce(
-        Capability::Fs,
-        Mechanism::Mounts,
-        format!("{engine} --read-only root + bind mounts"),
-        format!(
-            "image {image_id}; mounts: {}; workdir {}",
-            if mounts.is_empty() {
-                "none".to_string()
-            } else {
-                mounts.join(",")
-            },
-            workdir
-        ),
-    );
-    sandbox_os::backend_api::host_executed_receipt(&mut r, binds, caps.protect_host_executed);
-    r.enforce(
-        Capability::Disk,
-        Mechanism::Tmpfs,
-        format!("{engine} --tmpfs /tmp"),
-        format!("{} noexec,nosuid,nodev", limits.disk),
-    );
-    match host.network_mode.as_deref() {
-        Some("host") => r.gap_by_request(
-            Capability::Net,
-            "host network shared (net: host, unrestricted by request)",
-        ),
-        Some(mode) if mode.starts_with("container:") => {
-            r.enforce(
-                Capability::Net,
-                Mechanism::Namespace,
-                format!("{engine} --network container:HOLDER"),
-                "the namespace of a holder container started with --network none: loopback only, no route, no resolver",
-            );
-            r.enforce(
-                Capability::Net,
-                Mechanism::Proxy,
-                "egress proxy",
-                format!(
-                    "the only way out is the host's proxy at {} inside the namespace, with the run's own credential; allowlist: {}",
-                    egress::proxy_addr(),
-                    caps.net
-                ),
-            );
-        }
-        _ => r.enforce(
-            Capability::Net,
-            Mechanism::Namespace,
-            format!("{engine} --network none"),
-            "loopback only",
-        ),
-    }
-    r.enforce(
-        Capability::Env,
-        Mechanism::Environment,
-        "explicit environment",
-        "host environment not inherited; the image's Env plus the caps' env",
-    );
-    r.enforce(
-        Capability::Privileges,
-        Mechanism::Privileges,
-        format!("{engine} --cap-drop ALL + no-new-privileges"),
-        format!("user {user} (never root)"),
-    );
-    if runtime == ContainerRuntime::Runsc {
-        r.enforce(
-            Capability::Syscalls,
-            Mechanism::Runtime,
-            "gVisor runsc",
-            "system calls served by gVisor's user-space kernel",
-        );
-    } else {
-        r.enforce(
-            Capability::Syscalls, Mechanism::Seccomp,
-            format!("{engine} with Strata's seccomp profile"),
-            "the process sandbox's allowlist: dangerous syscalls EPERM, unknown ones ENOSYS; set-id modes, device nodes and nested namespaces refused",
-        );
-    }
-    r.enforce(
-        Capability::Processes,
-        Mechanism::Namespace,
-        format!("{engine} pid namespace"),
-        "host processes invisible",
-    );
-    r.enforce(
-        Capability::Ipc,
-        Mechanism::Namespace,
-        format!("{engine} --ipc private"),
-        "private SysV IPC",
-    );
-    r.enforce(
-        Capability::Memory,
-        Mechanism::Cgroup,
-        format!("{engine} --memory (no swap)"),
-        limits.memory.to_string(),
-    );
-    r.enforce(
-        Capability::Pids,
-        Mechanism::Cgroup,
-        format!("{engine} --pids-limit"),
-        limits.processes.to_string(),
-    );
-    r.enforce(
-        Capability::Cpu,
-        Mechanism::Cgroup,
-        format!("{engine} --cpus + RLIMIT_CPU ulimit"),
-        format!("{} core(s); {:?} per process", limits.cpus, limits.cpu_time),
-    );
-    r.enforce(
-        Capability::Wall,
-        Mechanism::Supervisor,
-        "host-side deadline + docker kill",
-        format!("{:?}", limits.timeout),
-    );
-    r.enforce(
-        Capability::Output,
-        Mechanism::Host,
-        "host-side cap on the attach stream",
-        format!(
-            "{} per stream; the container is killed past it",
-            limits.output
-        ),
-    );
-    r.enforce(
-        Capability::FileSize,
-        Mechanism::Rlimit,
-        "RLIMIT_FSIZE ulimit",
-        limits.file_size.to_string(),
-    );
-    r.enforce(
-        Capability::OpenFiles,
-        Mechanism::Rlimit,
-        "RLIMIT_NOFILE ulimit",
-        limits.open_files.to_string(),
-    );
-    r.enforce(
-        Capability::Lifetime,
-        Mechanism::Supervisor,
-        format!("{engine} rm --force"),
-        "the container is removed after the run, on error and on cancellation",
-    );
-    r
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1088,7 +889,7 @@ mod tests {
     #[test]
     fn caps_map_to_a_locked_down_host_config() {
         let caps = Caps::new().timeout(Duration::from_secs(5));
-        let plan = plan(&Tool::command(["true"]), &caps).expect("plan");
+        let plan = plan(&Tool::command(["true"]), &caps, &[]).expect("plan");
         let host = plan.host;
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(host.readonly_rootfs, Some(true));
@@ -1109,11 +910,11 @@ mod tests {
     #[test]
     fn allowlists_start_without_a_network_and_are_marked_for_the_proxy() {
         let caps = Caps::new().net("allow:example.com:443".parse().expect("net"));
-        let plan = plan(&Tool::command(["true"]), &caps).expect("plan");
+        let plan = plan(&Tool::command(["true"]), &caps, &[]).expect("plan");
         assert!(plan.egress);
         assert_eq!(plan.host.network_mode.as_deref(), Some("none"));
         let empty = Caps::new().net("allow:".parse().expect("net"));
-        let plan = super::plan(&Tool::command(["true"]), &empty).expect("plan");
+        let plan = super::plan(&Tool::command(["true"]), &empty, &[]).expect("plan");
         assert!(!plan.egress, "an empty allowlist is no network at all");
     }
 

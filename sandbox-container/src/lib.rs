@@ -22,14 +22,15 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use sandbox_core::{
-    Backend, BackendKind, BackendReport, Caps, Check, ContainerRuntime, Error, Result, RunContext,
-    RunOutput, Tool,
+    Backend, BackendKind, BackendReport, Check, ContainerRuntime, Error, Result, RunContext,
+    RunOutput, RunSpec, Tool,
 };
 use sandbox_os::ProcessBackend;
 
 pub mod cache;
 pub mod engine;
 pub mod engine_egress;
+mod engine_receipt;
 pub mod image;
 pub mod native;
 pub mod owner;
@@ -99,14 +100,14 @@ impl Backend for ContainerBackend {
         BackendKind::Container
     }
 
-    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+    fn run(&self, tool: &Tool, spec: &RunSpec, ctx: &RunContext) -> Result<RunOutput> {
+        spec.require_kind(BackendKind::Container)?;
+        let caps = &spec.caps;
         let Some(container) = &caps.container else {
             return Err(Error::invalid(
                 "the container backend needs an image: set caps.container (CLI: --image REF)",
             ));
         };
-        caps.validate()?;
-        caps.refuse_root_mount(sandbox_core::BackendKind::Container)?;
         match container.runtime {
             ContainerRuntime::Native => {
                 let image = self.parsed.open(&container.image)?;
@@ -121,7 +122,7 @@ impl Backend for ContainerBackend {
                 )
             }
             ContainerRuntime::Docker | ContainerRuntime::Podman | ContainerRuntime::Runsc => {
-                engine::run(container, tool, caps, ctx, &self.process)
+                engine::run(container, tool, spec, ctx, &self.process)
             }
             _ => Err(Error::invalid(format!(
                 "unsupported container runtime {}",

@@ -213,7 +213,13 @@ pub fn run(
         spec.image = Some(image_root.clone());
         Ok(())
     };
-    let mut out = backend_api::run_adjusted(process, &Tool::command(argv), &inner, ctx, &adjust)?;
+    let command = Tool::command(argv);
+    // The inner caps are Strata's (the image's root, user and environment over the
+    // caller's, whose own were validated when the run was planned): planned for the process
+    // backend that runs them.
+    let spec =
+        sandbox_core::RunSpec::plan(BackendKind::Process, &command, &inner, &plan::RealHost)?;
+    let mut out = backend_api::run_adjusted(process, &command, &spec, ctx, &adjust)?;
     let receipt = &mut out.receipt;
     receipt.backend = BackendKind::Container;
     receipt.layers = vec![BackendKind::Container];

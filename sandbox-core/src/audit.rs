@@ -257,6 +257,63 @@ pub struct Verified {
     pub head: String,
 }
 
+/// Why the audit log file did not verify: it could not be read, or its chain is broken.
+/// Both display as `audit log PATH: why`.
+#[derive(Debug)]
+pub enum AuditFileError {
+    /// The file could not be opened.
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The chain does not verify.
+    Broken {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The first record that does not fit.
+        broken: AuditBreak,
+    },
+}
+
+impl fmt::Display for AuditFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuditFileError::Io { path, source } => {
+                write!(f, "audit log {}: {source}", path.display())
+            }
+            AuditFileError::Broken { path, broken } => {
+                write!(f, "audit log {}: {broken}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for AuditFileError {}
+
+/// Checks the log in the file `path`: the whole chain, and that it ends at `head` when given
+/// ([`verify_head`]). The one check the CLI and both bindings run.
+///
+/// # Errors
+/// [`AuditFileError::Io`] when the file cannot be opened, [`AuditFileError::Broken`] naming
+/// the first record that does not fit.
+pub fn verify_file(path: &std::path::Path, head: Option<&str>) -> Result<Verified, AuditFileError> {
+    let file = std::fs::File::open(path).map_err(|source| AuditFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let reader = std::io::BufReader::new(file);
+    match head {
+        Some(head) => verify_head(reader, head),
+        None => verify(reader),
+    }
+    .map_err(|broken| AuditFileError::Broken {
+        path: path.to_path_buf(),
+        broken,
+    })
+}
+
 /// Checks a whole log.
 ///
 /// # Errors

@@ -10,17 +10,35 @@ use serde::{Deserialize, Serialize};
 use crate::caps::Caps;
 use crate::doctor::BackendReport;
 use crate::error::{Error, Result};
+use crate::grant::RealHost;
 use crate::output::RunOutput;
+use crate::spec::RunSpec;
 use crate::tool::Tool;
 
-/// An isolation backend. Implementations validate the request, refuse what they cannot
-/// enforce (unless [`Strictness::BestEffort`]), run the tool, and report what they enforced.
+/// An isolation backend. Implementations receive a [`RunSpec`] planned (validated, grants
+/// resolved) for their kind, refuse what they cannot enforce (unless
+/// [`Strictness::BestEffort`]), run the tool, and report what they enforced.
 pub trait Backend: Send + Sync {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
-    /// Runs `tool` with `caps`, blocking until the run and everything it started are gone.
-    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput>;
+    /// Runs `tool` under `spec` (planned for this backend's kind with [`RunSpec::plan`]),
+    /// blocking until the run and everything it started are gone.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] for a spec planned for another kind; the backend's own
+    /// refusals and setup failures otherwise.
+    fn run(&self, tool: &Tool, spec: &RunSpec, ctx: &RunContext) -> Result<RunOutput>;
+
+    /// Plans `caps` for this backend on the real host ([`RunSpec::plan`] with
+    /// [`RealHost`]) and runs `tool` under them: for callers that hold caps, not a spec.
+    ///
+    /// # Errors
+    /// As [`RunSpec::plan`] and [`Backend::run`].
+    fn run_caps(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+        let spec = RunSpec::plan(self.kind(), tool, caps, &RealHost)?;
+        self.run(tool, &spec, ctx)
+    }
 
     /// Probes the host: is this backend usable here, and which guarantees does it have.
     fn report(&self) -> BackendReport;
@@ -177,8 +195,8 @@ pub struct RunContext {
     /// ignore it; `strata::Sandbox` applies it.
     pub tier: Option<String>,
     /// The declared risk; with backend `auto` the router picks the backend from it (see
-    /// [`crate::policy::route()`]). Default: none (backend by the tool's kind).
-    pub risk: Option<crate::policy::Risk>,
+    /// the policy crate's router). Default: none (backend by the tool's kind).
+    pub risk: Option<crate::risk::Risk>,
 }
 
 impl fmt::Debug for RunContext {

@@ -691,7 +691,10 @@ impl Default for Limits {
     }
 }
 
-pub(crate) mod millis {
+/// Durations as milliseconds in serde (`#[serde(with = "sandbox_core::caps::millis")]`): for
+/// the policy crate's types, not a stable API.
+#[doc(hidden)]
+pub mod millis {
     use std::time::Duration;
 
     use schemars::{json_schema, Schema, SchemaGenerator};
@@ -707,10 +710,12 @@ pub(crate) mod millis {
         json_schema!({ "type": kind, "minimum": 0 })
     }
 
+    /// Writes whole milliseconds.
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 
+    /// Reads a non-negative number of milliseconds.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let ms = f64::deserialize(d)?;
         if !ms.is_finite() || ms < 0.0 {

@@ -111,7 +111,7 @@ impl ResolvedGrant {
     /// host path replaced by [`ResolvedGrant::resolved`] and symlinks no longer followed.
     /// A backend resolving it again finds the same path, or refuses the run if a symlink
     /// was swapped in since: it cannot be redirected. Policy decisions on host paths
-    /// ([`crate::policy::Tier::check`]) are made on pinned mounts, and the pinned mount is
+    /// (the policy crate's `Tier::check`) are made on pinned mounts, and the pinned mount is
     /// what runs, so the path decided on is the path bound.
     pub fn pinned(&self, mount: &Mount) -> Mount {
         let mut pinned = mount.clone();

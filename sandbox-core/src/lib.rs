@@ -6,15 +6,20 @@
 //! - [`Caps`]: what it may touch. Deny by default; every grant is explicit.
 //! - [`RunOutput`]: what happened, including a [`Receipt`] of what was enforced.
 //! - [`Error`]: why a run was refused or failed, split into kinds callers act on.
+//! - [`RunSpec`]: a run planned for one backend kind, validated once; what [`Backend::run`]
+//!   receives.
 //! - [`Backend`]: the trait every isolation backend implements.
 //!
-//! It contains no OS code and no `unsafe`; the backends live in their own crates.
+//! It contains no OS code beyond reading the file system (grant resolution,
+//! [`grant::RealHost`]; finding Strata's binaries, [`binary`]) and no `unsafe`; the
+//! backends live in their own crates, the policy layer in `sandbox-policy`.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod audit;
 pub mod backend;
+pub mod binary;
 pub mod caps;
 pub mod container;
 pub mod doctor;
@@ -23,9 +28,9 @@ pub mod error;
 pub mod grant;
 pub mod names;
 pub mod output;
-pub mod policy;
 pub mod receipt;
 pub mod report;
+pub mod risk;
 pub mod schema;
 pub mod size;
 pub mod spec;

@@ -5,6 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{BackendKind, Strictness};
+use crate::risk::Risk;
 
 /// What was enforced for one run, per capability and mechanism. Agents and auditors read
 /// it; tests assert on it.
@@ -47,10 +48,10 @@ pub struct PolicyReceipt {
     pub tier: Option<String>,
     /// How the router chose the backend, when a risk was declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub route: Option<crate::policy::Route>,
+    pub route: Option<Route>,
     /// Grants beyond the tier that this run used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub elevations: Vec<crate::policy::Grant>,
+    pub elevations: Vec<Grant>,
     /// Grants that followed symlinks, resolved before the tier decided: the tier checked
     /// the resolved path and the run bound exactly that path (pinned, so the backend's own
     /// mount line names it without "symlinks followed from").
@@ -584,6 +585,37 @@ impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The router's decision, kept in the receipt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Route {
+    /// The risk the decision used (declared or derived).
+    pub risk: Risk,
+    /// Whether the caller declared the risk (`false`: derived from the tool).
+    pub declared: bool,
+    /// The backend chosen.
+    pub backend: BackendKind,
+    /// Why: the preference, and every backend skipped on the way with its reason.
+    pub reason: String,
+}
+
+/// Identifies a grant within one `GrantBook` (the policy crate).
+pub type GrantId = u64;
+
+/// A live elevation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Grant {
+    /// Its number in the book.
+    pub id: GrantId,
+    /// The agent it was granted to (`None`: runs without an agent).
+    pub agent: Option<String>,
+    /// The capabilities it covers (see [`covers`]).
+    pub capabilities: Vec<String>,
+    /// When it stops covering anything, milliseconds since the Unix epoch.
+    pub expires_at_ms: u64,
+    /// Runs it still covers.
+    pub runs_left: u32,
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! The run spec: everything a backend enforces for one run, produced once from [`Caps`].
 //!
-//! [`RunSpec::new`] validates the caps (the only validation on the run path) and resolves
-//! every grant on the host: symlinks refused or followed as the grant says, host-executed
-//! paths in writable grants found and protected. The result is plain, versioned serde data:
+//! [`RunSpec::plan`] validates the tool and the caps (the only validation on the run path:
+//! backends receive the spec and do not validate again), applies the backend kind's rules
+//! (whose root the sandbox owns) and, for backends that bind host paths into the sandbox,
+//! resolves every grant on the host: symlinks refused or followed as the grant says,
+//! host-executed paths in writable grants found and protected. The result is plain, versioned serde data:
 //! it is what crosses to the process backend's helper (and to a guest agent or a cluster
 //! driver), and two runs with equal specs can use interchangeable pre-built sandboxes, so
 //! a warm pool keys on the whole spec and cannot mix up two runs' limits.
@@ -12,22 +14,29 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::BackendKind;
 use crate::caps::{Access, Caps, Limits, Mount, Net, SystemDirs};
 use crate::error::{Error, Result};
 use crate::grant::{self, HostLookup};
+use crate::tool::Tool;
 
 /// The version of [`RunSpec`]'s shape. A receiver refuses any other version (fail closed:
 /// an old helper must not half-understand a newer spec).
-pub const RUN_SPEC_VERSION: u32 = 1;
+pub const RUN_SPEC_VERSION: u32 = 2;
 
-/// Everything a backend enforces for one run. Build it with [`RunSpec::new`]; see the
+/// Everything a backend enforces for one run. Build it with [`RunSpec::plan`]; see the
 /// module docs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunSpec {
     /// [`RUN_SPEC_VERSION`] when built.
     pub version: u32,
-    /// The caller's grants, resolved on the host, sorted so parents come before children.
+    /// The backend the spec was planned for: its rules were applied, and only it runs the
+    /// spec ([`RunSpec::require_kind`]).
+    pub backend: BackendKind,
+    /// The caller's grants, resolved on the host, sorted so parents come before children,
+    /// for the backends that bind host paths (process, container); empty for the others,
+    /// which carry grants their own way (wasm preopens, microVM disk images, none in a pod).
     /// System directories are not here: they depend on the backend ([`RunSpec::system`]).
     pub mounts: Vec<MountSpec>,
     /// Which host system directories the run may read (backends that run host programs).
@@ -47,6 +56,11 @@ pub struct RunSpec {
     /// Existing host-executed paths in writable directory grants are bound read-only
     /// (their entries are in `mounts`); `false` only when the caps opted out.
     pub protect_host_executed: bool,
+    /// The caps the spec was planned from, as validated. Host-side only: never serialized
+    /// (a helper or a guest gets the fields above). Backends read from it what the spec
+    /// does not restate (stdin, secrets, the container image, the caller's grants as given).
+    #[serde(skip)]
+    pub caps: Caps,
 }
 
 /// A host path bound into the sandbox, resolved on the host.
@@ -89,19 +103,61 @@ pub enum MountRole {
 }
 
 impl RunSpec {
-    /// Validates `caps` and resolves its grants on `host`. Refuses, with
-    /// [`Error::InvalidRequest`], caps no backend could honour and grants that do not exist
-    /// or hold a symlink the grant does not follow.
-    pub fn new<H: HostLookup + ?Sized>(caps: &Caps, host: &H) -> Result<RunSpec> {
-        caps.validate()?;
-        caps.refuse_root_mount(crate::backend::BackendKind::Process)?;
-        let mut mounts = Vec::new();
-        for mount in &caps.mounts {
-            grant_mounts(mount, caps, host, &mut mounts)?;
+    /// Plans `tool` under `caps` for the `kind` of backend: validates both (an empty command
+    /// is the image's own for a container), refuses a grant
+    /// at the guest root for backends that own their root (process, container, microVM), and
+    /// resolves the grants on `host` for backends that bind host paths (process, container).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] for a tool or caps no backend could honour, a root grant
+    /// the kind refuses, and grants that do not exist or hold a symlink the grant does not
+    /// follow (or a host-executed path it cannot protect).
+    pub fn plan<H: HostLookup + ?Sized>(
+        kind: BackendKind,
+        tool: &Tool,
+        caps: &Caps,
+        host: &H,
+    ) -> Result<RunSpec> {
+        match (kind, tool) {
+            // A container runs its image's own command when the argv is empty.
+            (BackendKind::Container, Tool::Command { argv }) if argv.is_empty() => {}
+            _ => tool.validate()?,
         }
-        sort_mounts(&mut mounts);
+        Self::for_kind(kind, caps, host)
+    }
+
+    /// [`RunSpec::plan`] for the process backend without a tool: the caps' part of a plan.
+    ///
+    /// # Errors
+    /// As [`RunSpec::plan`].
+    pub fn new<H: HostLookup + ?Sized>(caps: &Caps, host: &H) -> Result<RunSpec> {
+        Self::for_kind(BackendKind::Process, caps, host)
+    }
+
+    fn for_kind<H: HostLookup + ?Sized>(
+        kind: BackendKind,
+        caps: &Caps,
+        host: &H,
+    ) -> Result<RunSpec> {
+        caps.validate()?;
+        let (owns_root, binds_host_paths) = match kind {
+            BackendKind::Process | BackendKind::Container => (true, true),
+            BackendKind::Microvm => (true, false),
+            _ => (false, false),
+        };
+        if owns_root {
+            caps.refuse_root_mount(kind)?;
+        }
+        let mut mounts = Vec::new();
+        if binds_host_paths {
+            for mount in &caps.mounts {
+                grant_mounts(mount, caps, host, &mut mounts)?;
+            }
+            sort_mounts(&mut mounts);
+        }
         Ok(RunSpec {
             version: RUN_SPEC_VERSION,
+            backend: kind,
             mounts,
             system: caps.system,
             env: caps.env.clone(),
@@ -110,7 +166,42 @@ impl RunSpec {
             limits: caps.limits.clone(),
             agent: caps.agent.clone(),
             protect_host_executed: caps.protect_host_executed,
+            caps: caps.clone(),
         })
+    }
+
+    /// A copy without the host-side caps: what crosses to a helper, a guest or a pool key
+    /// (the caps' stdin may be large, and none of it is sent).
+    pub fn detached(&self) -> RunSpec {
+        RunSpec {
+            version: self.version,
+            backend: self.backend,
+            mounts: self.mounts.clone(),
+            system: self.system,
+            env: self.env.clone(),
+            workdir: self.workdir.clone(),
+            net: self.net.clone(),
+            limits: self.limits.clone(),
+            agent: self.agent.clone(),
+            protect_host_executed: self.protect_host_executed,
+            caps: Caps::default(),
+        }
+    }
+
+    /// Refuses a spec planned for another kind of backend than `kind` (its rules would not
+    /// be this backend's).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] naming both kinds.
+    pub fn require_kind(&self, kind: BackendKind) -> Result<()> {
+        if self.backend == kind {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "a run spec planned for the {} backend was given to the {kind} backend (plan it with RunSpec::plan for {kind})",
+                self.backend
+            )))
+        }
     }
 
     /// Refuses a spec of another version.

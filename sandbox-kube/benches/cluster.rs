@@ -16,12 +16,12 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sandbox_core::policy::Tier;
 use sandbox_kube::backend::{apply, claim_on, ClusterBackend, ClusterOptions};
 use sandbox_kube::check::Pinned;
 use sandbox_kube::fake::{FakeApiServer, FakeOptions};
 use sandbox_kube::render::AGENT_PATH;
 use sandbox_kube::{render, Boundary, RenderInput};
+use sandbox_policy::Tier;
 use strata::{Backend, BackendChoice, BackendKind, Caps, RunContext, Sandbox, Tool};
 
 const NS: &str = "bench";
@@ -91,7 +91,7 @@ fn cluster(c: &mut Criterion) {
     let caps = Caps::new();
     let ctx = RunContext::default();
     group.bench_function("run_true", |b| {
-        b.iter(|| backend.run(&tool, &caps, &ctx).expect("cluster run"))
+        b.iter(|| backend.run_caps(&tool, &caps, &ctx).expect("cluster run"))
     });
     let sandbox = Sandbox::builder()
         .backend(BackendChoice::Only(BackendKind::Process))

@@ -7,7 +7,7 @@
 //! upstream's CRD schemas and its `secure-sandbox-policy` admission policy.
 //!
 //! ```
-//! use sandbox_core::policy::Tier;
+//! use sandbox_policy::Tier;
 //! use sandbox_kube::{render, to_yaml, Boundary, RenderInput};
 //!
 //! let input = RenderInput::for_tier(&Tier::low(), "ghcr.io/example/tools:1", Boundary::Gvisor);

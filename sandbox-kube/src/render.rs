@@ -40,8 +40,8 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use sandbox_core::policy::{NetScope, Tier};
 use sandbox_core::{Caps, Net};
+use sandbox_policy::{NetScope, Tier};
 use serde::Serialize;
 
 use crate::crd::{

@@ -3,9 +3,9 @@
 
 mod common;
 
-use sandbox_core::policy::Tier;
 use sandbox_kube::check::Denial;
 use sandbox_kube::{render, Boundary, Kind, Placement, RenderInput};
+use sandbox_policy::Tier;
 use serde_json::{json, Value};
 
 const IMAGE: &str = "registry.example/strata/tools:1";

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use http::{Method, Request, Response};
 use kube::client::Body;
-use sandbox_core::policy::Tier;
 use sandbox_kube::client::{
     Applied, Bound, Cluster, ClusterError, Outcome, Released, Verb, APPLY_ATTEMPTS,
 };
 use sandbox_kube::{render, Boundary, Kind, RenderInput, Rendered};
+use sandbox_policy::Tier;
 use serde_json::{json, Value};
 use tower_test::mock::{self, SendResponse};
 

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox_core::policy::Tier;
 use sandbox_core::{
     Access, Backend, BackendKind, ByteSize, Capability, Caps, Error, ExitStatus, LimitKind,
     Mechanism, Mount, Net, NetRule, RunContext, Strictness, Tool,
@@ -25,6 +24,7 @@ use sandbox_kube::client::Outcome;
 use sandbox_kube::fake::{FakeApiServer, FakeOptions};
 use sandbox_kube::render::AGENT_PATH;
 use sandbox_kube::{render, Boundary, EgressProxy, RenderInput};
+use sandbox_policy::Tier;
 
 const NS: &str = "agents";
 const HANG: Duration = Duration::from_secs(60);
@@ -133,7 +133,7 @@ fn a_run_claims_a_pod_runs_through_the_agent_and_releases_it() {
     caps.env.insert("GREETING".into(), "hello".into());
     let out = f
         .backend
-        .run(
+        .run_caps(
             &sh("cat; echo \" $GREETING\"; pwd >&2; exit 7"),
             &caps,
             &RunContext::default(),
@@ -172,7 +172,7 @@ fn wall_clock_and_output_limits_hold_in_the_pod() {
     caps.limits.timeout = Duration::from_millis(500);
     let out = f
         .backend
-        .run(
+        .run_caps(
             &sh("echo $$ > pid; exec sleep 1000"),
             &caps,
             &RunContext::default(),
@@ -189,7 +189,7 @@ fn wall_clock_and_output_limits_hold_in_the_pod() {
     caps.limits.output = ByteSize::kib(4);
     let out = f
         .backend
-        .run(&sh("yes"), &caps, &RunContext::default())
+        .run_caps(&sh("yes"), &caps, &RunContext::default())
         .expect("the run");
     assert!(matches!(
         out.status,
@@ -214,7 +214,7 @@ fn what_a_pod_cannot_honour_is_refused_before_anything_is_claimed() {
     ));
     let err = f
         .backend
-        .run(&sh("true"), &caps, &RunContext::default())
+        .run_caps(&sh("true"), &caps, &RunContext::default())
         .expect_err("a host directory cannot reach a pod");
     assert!(matches!(err, Error::InvalidRequest { .. }), "{err}");
     let caps = Caps {
@@ -222,14 +222,16 @@ fn what_a_pod_cannot_honour_is_refused_before_anything_is_claimed() {
         ..Caps::default()
     };
     assert!(matches!(
-        f.backend.run(&sh("true"), &caps, &RunContext::default()),
+        f.backend
+            .run_caps(&sh("true"), &caps, &RunContext::default()),
         Err(Error::Unenforceable { .. })
     ));
     // Tighter than the pod's memory limit: strict refuses, best-effort runs and says so.
     let mut caps = Caps::default();
     caps.limits.memory = ByteSize::mib(64);
     assert!(matches!(
-        f.backend.run(&sh("true"), &caps, &RunContext::default()),
+        f.backend
+            .run_caps(&sh("true"), &caps, &RunContext::default()),
         Err(Error::Unenforceable { .. })
     ));
     assert_eq!(claims_posted(&f.server), 0, "nothing was claimed");
@@ -239,7 +241,7 @@ fn what_a_pod_cannot_honour_is_refused_before_anything_is_claimed() {
     };
     let out = f
         .backend
-        .run(&sh("true"), &caps, &ctx)
+        .run_caps(&sh("true"), &caps, &ctx)
         .expect("best effort");
     assert!(out
         .receipt
@@ -254,7 +256,7 @@ fn a_sandbox_the_admission_policy_refuses_never_runs_and_its_claim_is_released()
     let f = fixture(Boundary::KataQemu);
     let err = f
         .backend
-        .run(&sh("touch ran"), &Caps::default(), &RunContext::default())
+        .run_caps(&sh("touch ran"), &Caps::default(), &RunContext::default())
         .expect_err("no sandbox can be made");
     assert!(
         matches!(&err, Error::Setup { stage, .. } if stage.contains("claim")),
@@ -283,7 +285,7 @@ fn cancelling_a_run_kills_it_and_releases_the_claim() {
     caps.limits.timeout = HANG;
     let err = f
         .backend
-        .run(&sh("exec sleep 1000"), &caps, &ctx)
+        .run_caps(&sh("exec sleep 1000"), &caps, &ctx)
         .expect_err("cancelled");
     canceller.join().expect("joins");
     assert!(matches!(err, Error::Cancelled), "{err}");
@@ -335,7 +337,7 @@ fn the_api_server_is_reached_over_tls_verified_against_the_kubeconfigs_ca() {
     options.claim_timeout = Duration::from_secs(5);
     let backend = ClusterBackend::connect(Some(kubeconfig.path()), options).expect("connect");
     let out = backend
-        .run(
+        .run_caps(
             &sh("echo over tls"),
             &Caps::default(),
             &RunContext::default(),
@@ -368,7 +370,7 @@ fn a_server_the_kubeconfig_does_not_vouch_for_is_never_sent_a_request() {
     )
     .expect("nothing is sent on connect");
     let err = backend
-        .run(&sh("true"), &Caps::default(), &RunContext::default())
+        .run_caps(&sh("true"), &Caps::default(), &RunContext::default())
         .expect_err("the certificate is not trusted");
     assert!(matches!(err, Error::Setup { .. }), "{err}");
     assert!(err.to_string().contains("certificate"), "{err}");
@@ -390,7 +392,7 @@ fn a_wrong_token_is_refused_by_the_api_server() {
     )
     .expect("connect");
     let err = backend
-        .run(&sh("true"), &Caps::default(), &RunContext::default())
+        .run_caps(&sh("true"), &Caps::default(), &RunContext::default())
         .expect_err("unauthorized");
     assert!(matches!(err, Error::Setup { .. }), "{err}");
     assert!(err.to_string().contains("Unauthorized"), "{err}");
@@ -406,7 +408,7 @@ fn with_the_cli_in_the_image_the_tool_runs_under_stratas_sandbox_inside_the_pod(
     };
     let out = f
         .backend
-        .run(
+        .run_caps(
             &sh("cat; echo; grep '^Seccomp:' /proc/self/status; exit 5"),
             &caps,
             &RunContext::default(),
@@ -576,7 +578,7 @@ fn an_allowlist_run_reaches_only_its_hosts_through_the_egress_proxy() {
         };
         let out = f
             .backend
-            .run(&curl_script(port), &caps, &RunContext::default())
+            .run_caps(&curl_script(port), &caps, &RunContext::default())
             .expect("the run");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let lines: Vec<&str> = stdout.lines().collect();
@@ -642,7 +644,7 @@ fn a_leaked_proxy_credential_dies_with_its_run() {
     };
     let out = f
         .backend
-        .run(&sh("echo \"$http_proxy\""), &caps, &RunContext::default())
+        .run_caps(&sh("echo \"$http_proxy\""), &caps, &RunContext::default())
         .expect("the run");
     let leaked = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     assert!(leaked.contains('@'), "the tool saw a proxy URL: {leaked}");
@@ -676,7 +678,7 @@ fn an_allowlist_on_a_pool_without_egress_is_refused_before_anything_is_claimed()
         };
         let err = f
             .backend
-            .run(&sh("true"), &caps, &ctx)
+            .run_caps(&sh("true"), &caps, &ctx)
             .expect_err("the template lets pods reach nothing");
         assert!(
             matches!(err, Error::InvalidRequest { .. }) && err.to_string().contains("egress"),

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams, PostParams, WatchEvent, WatchParams};
-use sandbox_core::policy::Tier;
 use sandbox_kube::check::Pinned;
 use sandbox_kube::client::{Bound, Cluster, ClusterError, Outcome, Released};
 use sandbox_kube::fake::{FakeApiServer, FakeOptions, FakePod};
 use sandbox_kube::render::AGENT_PATH;
 use sandbox_kube::{render, Boundary, RenderInput, Rendered, SandboxClaim, SandboxTemplate};
+use sandbox_policy::Tier;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "strata-test";

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use sandbox_core::policy::Tier;
 use sandbox_core::{ByteSize, Caps, Net};
 use sandbox_kube::render::{
     AGENT_COMMAND, BOUNDARY_LABEL, MANAGED_BY_LABEL, SANDBOX_UID, TIER_LABEL, WORKSPACE,
@@ -13,6 +12,7 @@ use sandbox_kube::render::{
 use sandbox_kube::{
     render, to_yaml, Boundary, EgressProxy, Kind, Placement, RenderError, RenderInput, Rendered,
 };
+use sandbox_policy::Tier;
 
 const IMAGE: &str = "registry.example/strata/tools:1";
 

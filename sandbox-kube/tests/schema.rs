@@ -3,9 +3,9 @@
 
 mod common;
 
-use sandbox_core::policy::Tier;
 use sandbox_kube::check::{Check, Violation};
 use sandbox_kube::{render, to_yaml, Boundary, EgressProxy, Kind, Placement, RenderInput};
+use sandbox_policy::Tier;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -5,25 +5,26 @@
 //!
 //! Not a stable API and not for embedders: it changes with the process backend.
 
-use sandbox_core::{Caps, Result, RunContext, RunOutput, Tool};
+use sandbox_core::{Result, RunContext, RunOutput, RunSpec, Tool};
 
 use crate::ProcessBackend;
 
-pub use crate::process::host_executed_receipt;
+pub use crate::outcome::host_executed_receipt;
 pub use crate::sys::NonBlocking;
 
-/// Runs `tool` on `backend` like [`sandbox_core::Backend::run`], letting `adjust` change
+/// Runs `tool` under `spec` (planned for the process backend) on `backend` like
+/// [`sandbox_core::Backend::run`], letting `adjust` change
 /// the planned sandbox and command before anything starts (the container backend's hook:
 /// image root, user, environment). Image roots that keep a workspace never use the warm
 /// pool.
 pub fn run_adjusted(
     backend: &ProcessBackend,
     tool: &Tool,
-    caps: &Caps,
+    spec: &RunSpec,
     ctx: &RunContext,
     adjust: &dyn Fn(&mut protocol::Spec, &mut protocol::Command) -> Result<()>,
 ) -> Result<RunOutput> {
-    backend.run_adjusted(tool, caps, ctx, adjust)
+    backend.run_adjusted(tool, spec, ctx, adjust)
 }
 
 /// The egress proxy of `backend` (started on first use), for runtimes that bring their own

@@ -24,6 +24,7 @@ mod egress_transparent;
 mod fs_policy;
 mod helper;
 mod identity;
+mod outcome;
 mod plan;
 mod pool;
 pub mod private;

@@ -451,6 +451,7 @@ pub(crate) mod tests {
         Spec {
             run: RunSpec {
                 version: sandbox_core::RUN_SPEC_VERSION,
+                backend: sandbox_core::BackendKind::Process,
                 mounts: vec![],
                 system: sandbox_core::SystemDirs::Runtime,
                 env: Default::default(),
@@ -459,6 +460,7 @@ pub(crate) mod tests {
                 limits: Default::default(),
                 agent: None,
                 protect_host_executed: true,
+                caps: Default::default(),
             },
             system_mounts: vec![],
             workdir_is_scratch: false,

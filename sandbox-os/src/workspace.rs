@@ -7,7 +7,7 @@
 //! would have been mounted; this works for every backend, since each just sees an ordinary
 //! directory. After the run, [`Workspace::diff`] lists what changed and
 //! [`Workspace::commit`] writes all or part of it back under the policy of
-//! [`sandbox_core::policy::workspace`]; [`Workspace::discard`] (or dropping the workspace)
+//! [`sandbox_policy::workspace`]; [`Workspace::discard`] (or dropping the workspace)
 //! removes the staging directory.
 //!
 //! The host grant is written through directory descriptors opened with `openat2`
@@ -38,11 +38,11 @@ use rustix::fs::{
     AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, Timespec, Timestamps,
 };
 use rustix::io::Errno;
-use sandbox_core::policy::workspace::{
+use sandbox_core::{ByteSize, Error, LimitKind, Result};
+use sandbox_policy::workspace::{
     flags, plan, Change, ChangeKind, CommitMode, CommitPlan, CommitReport, Entry, Refusal, Refused,
     Selection, WorkspaceDiff,
 };
-use sandbox_core::{ByteSize, Error, LimitKind, Result};
 use sha2::{Digest, Sha256};
 
 type Hash = [u8; 32];
@@ -218,7 +218,7 @@ impl Workspace {
 
     /// Commits the changes of the current diff that `selection` takes, into the host grant.
     ///
-    /// The policy ([`sandbox_core::policy::workspace::plan`]) refuses devices, FIFOs,
+    /// The policy ([`sandbox_policy::workspace::plan`]) refuses devices, FIFOs,
     /// sockets and symlinks leaving the grant always, and symlinks, setuid/setgid files and
     /// host-executed paths unless named in `accept_flagged`. Then each remaining change is
     /// checked against the host: a path that changed there since staging is a
@@ -1026,8 +1026,8 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
-    use sandbox_core::policy::workspace::Flag;
     use sandbox_core::ErrorKind;
+    use sandbox_policy::workspace::Flag;
 
     use super::*;
 

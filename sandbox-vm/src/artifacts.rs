@@ -179,24 +179,9 @@ impl GuestArtifacts {
 }
 
 fn find_agent() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("STRATA_VM_AGENT") {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot locate the running executable: {e}"))?;
-    let mut candidates = Vec::new();
-    if let Some(dir) = exe.parent() {
-        candidates.push(dir.join(AGENT_NAME));
-        if dir.file_name().is_some_and(|n| n == "deps") {
-            if let Some(up) = dir.parent() {
-                candidates.push(up.join(AGENT_NAME));
-            }
-        }
-    }
-    candidates.into_iter().find(|c| c.is_file()).ok_or_else(|| {
-        format!(
-            "{AGENT_NAME} not found next to {} (build it with cargo build -p sandbox-vm, set STRATA_VM_AGENT, or pass its path to MicrovmBackend::with_agent)",
-            exe.display()
-        )
-    })
+    sandbox_core::binary::locate(
+        AGENT_NAME,
+        "STRATA_VM_AGENT",
+        "build it with cargo build -p sandbox-agent, set STRATA_VM_AGENT, or pass its path to MicrovmBackend::with_agent",
+    )
 }

@@ -315,7 +315,7 @@ impl Vmm for Qemu {
                 let thread = thread::Builder::new()
                     .name("strata-vmm".into())
                     .spawn(move || {
-                        let result = jail.run(&tool, &caps, &ctx);
+                        let result = jail.run_caps(&tool, &caps, &ctx);
                         let summary = match &result {
                             Ok(out) => format!(" [jail: QEMU ended: {:?}]", out.status),
                             Err(e) => format!(" [jail: {e}]"),

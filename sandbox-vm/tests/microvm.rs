@@ -134,7 +134,7 @@ fn the_vmm_is_jailed_and_cannot_see_host_files() {
     let canary = std::env::temp_dir().join(format!("strata-vmm-canary-{}", std::process::id()));
     std::fs::write(&canary, "host secret").expect("canary");
     let run = std::thread::spawn(move || {
-        backend.run(
+        backend.run_caps(
             &Tool::command(["/bin/sleep", "5"]),
             &Caps::new(),
             &RunContext::default(),
@@ -200,7 +200,7 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
     // 1. stdout, stderr, exit code; the receipt; RNG sample one.
     let t0 = Instant::now();
     let out = backend
-        .run(
+        .run_caps(
             &sh("echo hi; echo oops >&2; head -c 16 /dev/urandom | od -An -tx1; exit 3"),
             &Caps::new(),
             &ctx,
@@ -268,7 +268,7 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
     let caps = Caps::new()
         .env("GREETING", "hello")
         .stdin(b"from host\n".to_vec());
-    let out = backend.run(&sh(&script), &caps, &ctx).expect("run 2");
+    let out = backend.run_caps(&sh(&script), &caps, &ctx).expect("run 2");
     std::fs::remove_file(&canary).ok();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status, ExitStatus::Signaled { signal: 9 }, "{stdout}");
@@ -288,7 +288,7 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
     //     sandbox inside the guest).
     let direct = self::backend().layers(false);
     let out = direct
-        .run(&sh("ls /sys/class/net | tr '\\n' ' '"), &Caps::new(), &ctx)
+        .run_caps(&sh("ls /sys/class/net | tr '\\n' ' '"), &Caps::new(), &ctx)
         .expect("run 2b");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
@@ -301,7 +301,7 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
     let caps = Caps::new().timeout(Duration::from_secs(1));
     let t = Instant::now();
     let out = backend
-        .run(&Tool::command(["/bin/sleep", "60"]), &caps, &ctx)
+        .run_caps(&Tool::command(["/bin/sleep", "60"]), &caps, &ctx)
         .expect("run 3");
     assert_eq!(out.limit(), Some(LimitKind::Wall), "{:?}", out.status);
     assert!(out.timed_out());
@@ -322,7 +322,7 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
         ..Limits::default()
     });
     let out = backend
-        .run(
+        .run_caps(
             &Tool::command(["/bin/sh", "-c", "while :; do echo flood; done"]),
             &caps,
             &ctx,
@@ -334,7 +334,7 @@ fn microvm_runs_commands_with_limits_and_leaves_nothing_behind() {
 
     // 5. A program that does not exist is an Exec error.
     let err = backend
-        .run(&Tool::command(["/no/such/program"]), &Caps::new(), &ctx)
+        .run_caps(&Tool::command(["/no/such/program"]), &Caps::new(), &ctx)
         .expect_err("missing program");
     assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
 
@@ -355,7 +355,7 @@ fn microvm_refuses_what_it_cannot_enforce() {
     let backend = backend();
     let ctx = RunContext::default();
     let err = backend
-        .run(
+        .run_caps(
             &Tool::script(ScriptLanguage::Javascript, "console.log(1)"),
             &Caps::new(),
             &ctx,
@@ -365,14 +365,14 @@ fn microvm_refuses_what_it_cannot_enforce() {
     assert!(err.to_string().contains("root file system"), "{err}");
 
     let err = backend
-        .run(&Tool::command(["true"]), &Caps::new().net(Net::Host), &ctx)
+        .run_caps(&Tool::command(["true"]), &Caps::new().net(Net::Host), &ctx)
         .expect_err("net host");
     assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
 
     // A file grant (grants are directories here) and too many grants: refused before
     // anything boots.
     let err = backend
-        .run(
+        .run_caps(
             &Tool::command(["true"]),
             &Caps::new().read_only("/etc/hostname"),
             &ctx,
@@ -389,7 +389,7 @@ fn microvm_refuses_what_it_cannot_enforce() {
         ));
     }
     let err = backend
-        .run(&Tool::command(["true"]), &many, &ctx)
+        .run_caps(&Tool::command(["true"]), &many, &ctx)
         .expect_err("too many grants");
     assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
 
@@ -400,7 +400,7 @@ fn microvm_refuses_what_it_cannot_enforce() {
             .with_agent(agent_binary())
             .require_hardware_virtualization(true);
         let err = strict
-            .run(&Tool::command(["true"]), &Caps::new(), &ctx)
+            .run_caps(&Tool::command(["true"]), &Caps::new(), &ctx)
             .expect_err("hardware required");
         assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
         assert!(err.to_string().contains("tcg (emulated)"), "{err}");
@@ -479,7 +479,7 @@ fn qemu_of_a_sigkilled_embedder_dies_with_it() {
 #[test]
 #[ignore = "the embedder that qemu_of_a_sigkilled_embedder_dies_with_it kills"]
 fn sigkilled_embedder_inner() {
-    let _ = backend().run(&sh("sleep 600"), &Caps::new(), &RunContext::default());
+    let _ = backend().run_caps(&sh("sleep 600"), &Caps::new(), &RunContext::default());
 }
 
 #[test]
@@ -501,7 +501,7 @@ fn microvm_runs_python_and_no_run_sees_an_earlier_runs_writes() {
         (backend().layers(false), "wrote"),
     ] {
         let out = backend
-            .run(
+            .run_caps(
                 &Tool::script(ScriptLanguage::Python, script),
                 &Caps::new(),
                 &ctx,
@@ -616,7 +616,7 @@ fn read_only_grant_survives_guest_root_remounting_it_read_write() {
         ("cold", self::backend().snapshots(false)),
     ] {
         let out = backend
-            .run(
+            .run_caps(
                 &Tool::script(ScriptLanguage::Python, REMOUNT_AND_WRITE),
                 &caps,
                 &ctx,
@@ -680,7 +680,7 @@ fn read_write_grant_comes_back_through_the_filter() {
         echo done";
     let caps = Caps::new().mount(root, "/work", sandbox_core::Access::ReadWrite);
     let out = backend
-        .run(&Tool::command(["/bin/sh", "-c", script]), &caps, &ctx)
+        .run_caps(&Tool::command(["/bin/sh", "-c", script]), &caps, &ctx)
         .expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
@@ -736,7 +736,7 @@ fn read_write_grant_comes_back_through_the_filter() {
 
     // Through the sandbox inside the guest too: the grant is bound at the same path there.
     let out = self::backend()
-        .run(
+        .run_caps(
             &Tool::command(["/bin/sh", "-c", "echo layered > /work/layered.txt"]),
             &caps,
             &ctx,
@@ -777,7 +777,7 @@ fn grant_behind_a_planted_symlink_is_refused() {
     std::fs::create_dir(base.path().join("real")).expect("mkdir");
     std::os::unix::fs::symlink(base.path().join("real"), base.path().join("ws")).expect("symlink");
     let err = backend
-        .run(
+        .run_caps(
             &Tool::command(["true"]),
             &Caps::new().mount(
                 base.path().join("ws"),
@@ -807,7 +807,7 @@ fn microvm_runs_an_oci_image_with_the_native_runtime_inside_the_guest() {
     let image = repo().join(".ci/cache/images/busybox-oci");
     let caps = Caps::new().image(image.to_string_lossy());
     let out = backend
-        .run(
+        .run_caps(
             &Tool::command([
                 "/bin/sh",
                 "-c",
@@ -847,7 +847,7 @@ fn microvm_runs_wasm_in_the_wasm_backend_inside_the_guest() {
     let backend = backend();
     let module = repo().join("sandbox-wasm/tests/fixtures/hello.wat");
     let out = backend
-        .run(
+        .run_caps(
             &Tool::wasm(&module, Vec::<String>::new()),
             &Caps::new(),
             &RunContext::default(),
@@ -884,7 +884,7 @@ fn pooled_vms_serve_one_run_each_and_leave_nothing_behind() {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let out = backend
-                .run(
+                .run_caps(
                     &sh("cat /tmp/mark 2>/dev/null; echo used > /tmp/mark; head -c 16 /dev/urandom | od -An -tx1"),
                     &Caps::new(),
                     &RunContext::default(),
@@ -956,7 +956,7 @@ fn streamed_stdin_reaches_the_tool_while_it_runs() {
         writer.write_all(b"second\n").expect("write");
     });
     let out = backend
-        .run(
+        .run_caps(
             &sh("while read l; do echo \"got $l\"; done"),
             &Caps::new(),
             &ctx,
@@ -994,7 +994,7 @@ fn microvm_run_files_are_private_to_the_embedder() {
         .mount(ro.path(), "/ro", sandbox_core::Access::ReadOnly)
         .mount(rw.path(), "/rw", sandbox_core::Access::ReadWrite);
     let runner = std::thread::spawn(move || {
-        backend.run(
+        backend.run_caps(
             &sh("cat /ro/secret.txt; echo out > /rw/out.txt; sleep 4"),
             &caps,
             &RunContext::default(),
@@ -1078,7 +1078,7 @@ fn a_grant_file_swapped_for_a_link_to_a_root_only_file_never_reaches_the_guest()
     let caps = Caps::new().mount(&root, "/data", sandbox_core::Access::ReadOnly);
     for _ in 0..4 {
         let out = backend
-            .run(&sh("cat /data/f 2>&1; true"), &caps, &RunContext::default())
+            .run_caps(&sh("cat /data/f 2>&1; true"), &caps, &RunContext::default())
             .expect("run");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(!stdout.contains("TOP-SECRET"), "the guest read {stdout}");
@@ -1106,7 +1106,7 @@ fn a_memory_bomb_in_the_guest_ends_at_the_memory_limit() {
         // guest can take longer than the 30 s default to fill 256 MiB.
         caps.limits.timeout = std::time::Duration::from_secs(300);
         let out = backend
-            .run(
+            .run_caps(
                 &Tool::script(ScriptLanguage::Python, bomb),
                 &caps,
                 &RunContext::default(),

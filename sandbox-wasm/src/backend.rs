@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Caps, Check, Error, ExitStatus, ResourceUsage, Result,
-    RunContext, RunOutput, Tool,
+    RunContext, RunOutput, RunSpec, Tool,
 };
 
 use crate::cache::{Loaded, ModuleCache, Prepared};
@@ -251,9 +251,9 @@ impl Backend for WasmBackend {
         BackendKind::Wasm
     }
 
-    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
-        tool.validate()?;
-        caps.validate()?;
+    fn run(&self, tool: &Tool, spec: &RunSpec, ctx: &RunContext) -> Result<RunOutput> {
+        spec.require_kind(BackendKind::Wasm)?;
+        let caps = &spec.caps;
         let inner = &self.inner;
         let program = script::resolve(tool, inner.config.interpreter_dir.as_deref())?;
         // Planned here in both modes, so a request this backend cannot honour is refused

@@ -1,7 +1,7 @@
 //! Configuration of the wasm backend: caches, interpreters, pool size, fuel, layering.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,42 +192,12 @@ pub fn default_interpreter_dir() -> Option<PathBuf> {
 }
 
 /// Finds `strata-wasm-host`: `$STRATA_WASM_HOST`, then next to the running executable, then
-/// one directory up when the executable is a cargo test binary in `target/*/deps`.
+/// one directory up when the executable is a cargo test binary in `target/*/deps`
+/// ([`sandbox_core::binary::locate`]).
 pub fn find_wasm_host() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os(WASM_HOST_ENV) {
-        let path = PathBuf::from(path);
-        return if is_executable_file(&path) {
-            Ok(path)
-        } else {
-            Err(format!(
-                "{WASM_HOST_ENV}={} is not an executable file",
-                path.display()
-            ))
-        };
-    }
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot locate the running executable: {e}"))?;
-    let mut candidates = Vec::new();
-    if let Some(dir) = exe.parent() {
-        candidates.push(dir.join(WASM_HOST_NAME));
-        if dir.file_name().is_some_and(|n| n == "deps") {
-            if let Some(up) = dir.parent() {
-                candidates.push(up.join(WASM_HOST_NAME));
-            }
-        }
-    }
-    candidates
-        .into_iter()
-        .find(|c| is_executable_file(c))
-        .ok_or_else(|| {
-            format!(
-                "{WASM_HOST_NAME} not found next to {} (build it with `cargo build --bins`, set {WASM_HOST_ENV}, or pass its path)",
-                exe.display()
-            )
-        })
-}
-
-pub(crate) fn is_executable_file(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    sandbox_core::binary::locate(
+        WASM_HOST_NAME,
+        WASM_HOST_ENV,
+        &format!("build it with `cargo build --bins`, set {WASM_HOST_ENV}, or pass its path"),
+    )
 }

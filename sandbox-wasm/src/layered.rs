@@ -229,7 +229,7 @@ pub(crate) fn run(
     let tool = Tool::Command {
         argv: vec![host_guest.display().to_string()],
     };
-    let out = layering.outer.run(&tool, &outer, &outer_ctx)?;
+    let out = layering.outer.run_caps(&tool, &outer, &outer_ctx)?;
     drop(scratch);
     let mut state = std::mem::take(&mut *lock(&demux.state));
     if state.result.is_none() && !out.stdout.is_empty() && state.stdout.is_empty() {

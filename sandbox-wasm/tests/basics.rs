@@ -53,7 +53,7 @@ fn stdin_stream_reaches_the_guest_exactly() {
     let mut with_prefix = caps().stdin(b"prefix|".to_vec());
     with_prefix.limits.output = ByteSize::mib(4);
     let out = backend()
-        .run(&Tool::wasm(probe(), ["stdin"]), &with_prefix, &ctx)
+        .run_caps(&Tool::wasm(probe(), ["stdin"]), &with_prefix, &ctx)
         .expect("run");
     producer.join().expect("producer").expect("written");
     assert_eq!(out.status, ExitStatus::Exited { code: 0 });
@@ -65,7 +65,7 @@ fn silent_stdin_stream_cannot_outlive_the_timeout() {
     let (reader, writer) = pipe();
     let (ctx, _source) = streaming(reader);
     let out = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(probe(), ["stdin"]),
             &caps().timeout(Duration::from_millis(500)),
             &ctx,
@@ -81,7 +81,7 @@ fn endless_stdin_stream_is_held_back_and_closed_after_the_run() {
     let (ctx, source) = streaming(reader);
     let producer = endless_producer(writer);
     let out = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(probe(), ["sleep", "100"]),
             &caps().timeout(Duration::from_millis(500)),
             &ctx,
@@ -203,7 +203,7 @@ fn output_streams_to_the_sink_as_it_is_written() {
         ..RunContext::default()
     };
     let tool = Tool::wasm(probe(), ["echo", "streamed"]);
-    let out = backend().run(&tool, &caps(), &ctx).expect("run");
+    let out = backend().run_caps(&tool, &caps(), &ctx).expect("run");
     let seen = seen.lock().expect("lock");
     let joined: Vec<u8> = seen
         .iter()
@@ -226,7 +226,7 @@ fn cancelling_stops_a_spinning_module() {
         ..RunContext::default()
     };
     let err = backend()
-        .run(&Tool::wasm(probe(), ["spin"]), &caps(), &ctx)
+        .run_caps(&Tool::wasm(probe(), ["spin"]), &caps(), &ctx)
         .expect_err("cancelled");
     canceller.join().expect("join");
     assert_eq!(err.kind(), ErrorKind::Cancelled);
@@ -245,7 +245,7 @@ fn cancelling_interrupts_a_blocking_sleep() {
         ..RunContext::default()
     };
     let err = backend()
-        .run(&Tool::wasm(probe(), ["sleep", "600"]), &caps(), &ctx)
+        .run_caps(&Tool::wasm(probe(), ["sleep", "600"]), &caps(), &ctx)
         .expect_err("cancelled");
     assert_eq!(err.kind(), ErrorKind::Cancelled);
 }
@@ -253,7 +253,7 @@ fn cancelling_interrupts_a_blocking_sleep() {
 #[test]
 fn missing_module_is_an_invalid_request() {
     let err = backend()
-        .run(
+        .run_caps(
             &Tool::wasm("/nonexistent/x.wasm", Vec::<String>::new()),
             &caps(),
             &RunContext::default(),
@@ -269,7 +269,7 @@ fn garbage_module_is_an_invalid_request() {
     let path = dir.path().join("bad.wasm");
     std::fs::write(&path, b"\0asm\x01\0\0\0garbage").expect("write");
     let err = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(&path, Vec::<String>::new()),
             &caps(),
             &RunContext::default(),
@@ -288,7 +288,7 @@ fn precompiled_artifacts_from_outside_are_refused() {
     let path = dir.path().join("evil.cwasm");
     std::fs::write(&path, artifact).expect("write");
     let err = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(&path, Vec::<String>::new()),
             &caps(),
             &RunContext::default(),
@@ -308,7 +308,7 @@ fn imports_outside_wasi_are_refused_before_running() {
     )
     .expect("write");
     let err = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(&path, Vec::<String>::new()),
             &caps(),
             &RunContext::default(),
@@ -320,11 +320,11 @@ fn imports_outside_wasi_are_refused_before_running() {
 #[test]
 fn host_commands_and_sh_scripts_are_not_this_backends_job() {
     let err = backend()
-        .run(&Tool::command(["ls"]), &caps(), &RunContext::default())
+        .run_caps(&Tool::command(["ls"]), &caps(), &RunContext::default())
         .expect_err("command");
     assert_eq!(err.kind(), ErrorKind::InvalidRequest);
     let err = backend()
-        .run(
+        .run_caps(
             &Tool::script(sandbox_core::ScriptLanguage::Sh, "echo hi"),
             &caps(),
             &RunContext::default(),
@@ -339,7 +339,7 @@ fn file_mounts_are_refused_because_wasi_preopens_directories() {
     let file = dir.path().join("f.txt");
     std::fs::write(&file, "x").expect("write");
     let err = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(probe(), ["exit", "0"]),
             &caps().read_only(&file),
             &RunContext::default(),
@@ -457,11 +457,13 @@ fn runs_past_max_concurrent_runs_are_refused_not_queued() {
             })),
             ..RunContext::default()
         };
-        std::thread::spawn(move || one.run(&Tool::wasm(probe(), ["announce-spin"]), &caps(), &ctx))
+        std::thread::spawn(move || {
+            one.run_caps(&Tool::wasm(probe(), ["announce-spin"]), &caps(), &ctx)
+        })
     };
     started_rx.recv().expect("the spinner started");
     let err = one
-        .run(
+        .run_caps(
             &Tool::wasm(probe(), ["exit", "0"]),
             &caps(),
             &RunContext::default(),

@@ -218,7 +218,7 @@ fn preview1_modules_cannot_import_socket_creation() {
     )
     .expect("write");
     let err = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(&path, Vec::<String>::new()),
             &caps(),
             &RunContext::default(),
@@ -263,7 +263,7 @@ fn receipt_states_no_sockets_and_enforces_host_name_allowlists() {
         port: Some(443),
     }]));
     let out = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(probe(), ["exit", "0"]),
             &caps,
             &RunContext::default(),
@@ -542,7 +542,7 @@ fn preopen_does_not_follow_a_symlink_planted_by_an_earlier_run() {
     // Run 2 is granted only `src`: refused before anything runs, naming the link.
     let caps_ro = caps().mount(&src, "/src", Access::ReadOnly);
     let err = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(probe(), ["read", "/src/secret.txt"]),
             &caps_ro,
             &RunContext::default(),
@@ -602,7 +602,7 @@ fn git_hook_in_writable_preopen_is_refused_when_strict_and_a_gap_otherwise() {
     let caps = caps().mount(&l.granted, "/data", Access::ReadWrite);
     let tool = Tool::wasm(probe(), ["write", "/data/.git/hooks/pre-commit", "evil"]);
     let err = backend()
-        .run(&tool, &caps, &RunContext::default())
+        .run_caps(&tool, &caps, &RunContext::default())
         .expect_err("strict");
     assert_eq!(err.kind(), sandbox_core::ErrorKind::Unenforceable, "{err}");
     assert!(err.to_string().contains(".git/hooks"), "{err}");
@@ -613,7 +613,7 @@ fn git_hook_in_writable_preopen_is_refused_when_strict_and_a_gap_otherwise() {
     );
     // Best effort runs, and says what it could not protect.
     let out = backend()
-        .run(
+        .run_caps(
             &Tool::wasm(probe(), ["read", "/data/ok.txt"]),
             &caps,
             &best_effort(),

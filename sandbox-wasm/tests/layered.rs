@@ -78,7 +78,7 @@ fn layered_stdin_stream_reaches_the_guest_and_cannot_outlive_the_timeout() {
     let mut with_prefix = caps().stdin(b"caps|".to_vec());
     with_prefix.limits.output = ByteSize::mib(2);
     let out = layered()
-        .run(&Tool::wasm(probe(), ["stdin"]), &with_prefix, &ctx)
+        .run_caps(&Tool::wasm(probe(), ["stdin"]), &with_prefix, &ctx)
         .expect("run");
     producer.join().expect("producer").expect("written");
     assert_eq!(out.status, ExitStatus::Exited { code: 0 }, "{out:?}");
@@ -88,7 +88,7 @@ fn layered_stdin_stream_reaches_the_guest_and_cannot_outlive_the_timeout() {
     let (reader, writer) = pipe();
     let (ctx, _source) = streaming(reader);
     let out = layered()
-        .run(
+        .run_caps(
             &Tool::wasm(probe(), ["stdin"]),
             &caps().timeout(Duration::from_millis(500)),
             &ctx,
@@ -141,7 +141,7 @@ fn layered_output_streams_through_the_sink() {
         ..RunContext::default()
     };
     let out = layered()
-        .run(&Tool::wasm(probe(), ["echo", "streamed"]), &caps(), &ctx)
+        .run_caps(&Tool::wasm(probe(), ["echo", "streamed"]), &caps(), &ctx)
         .expect("run");
     assert_eq!(&*seen.lock().expect("lock"), b"streamed\n");
     assert_eq!(out.stdout, b"streamed\n");

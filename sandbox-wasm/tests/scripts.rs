@@ -265,7 +265,7 @@ fn missing_interpreter_names_the_fetch_script() {
         .interpreter_dir(dir.path());
     let backend = WasmBackend::with_config(config).expect("backend");
     let err = backend
-        .run(&python("print(1)"), &caps(), &RunContext::default())
+        .run_caps(&python("print(1)"), &caps(), &RunContext::default())
         .expect_err("missing");
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(

@@ -359,7 +359,7 @@ pub fn backend_with_cache(cache: &Path) -> strata::ContainerBackend {
 /// Runs on a backend with a private cache.
 pub fn run_cached(cache: &Path, tool: &Tool, caps: &Caps) -> strata::Result<RunOutput> {
     use strata::Backend;
-    backend_with_cache(cache).run(tool, caps, &strata::RunContext::default())
+    backend_with_cache(cache).run_caps(tool, caps, &strata::RunContext::default())
 }
 
 /// Writes `data` to a new file.

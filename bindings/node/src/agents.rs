@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
-use serde_json::Value;
 use strata::policy::message::{
     audit_event, Agent, AgentKey, Directory, Message, MessageKind, PublicKey, Scheme,
     SignedMessage, Verifier,
@@ -131,15 +130,7 @@ impl NativeDirectory {
         scheme: Option<String>,
     ) -> Either<String, NativeError> {
         let signed = (|| {
-            let scheme = match scheme.as_deref().unwrap_or("ed25519") {
-                "ed25519" => Scheme::Ed25519,
-                "hmac-sha256" => Scheme::HmacSha256,
-                other => {
-                    return Err(strata::Error::invalid(format!(
-                        "unknown scheme {other:?} (expected ed25519 or hmac-sha256)"
-                    )))
-                }
-            };
+            let scheme: Scheme = scheme.as_deref().unwrap_or("ed25519").parse()?;
             let kind: MessageKind = kind.parse()?;
             let message = match (kind.is_delegate(), tier) {
                 (true, Some(tier)) => {
@@ -202,17 +193,7 @@ impl NativeVerifier {
                 sandbox.inner.audit(audit_event(&signed, &verified))?;
             }
             let verified = verified?;
-            let mut value = serde_json::to_value(verified.message())
-                .map_err(|e| strata::Error::invalid(e.to_string()))?;
-            if let Value::Object(object) = &mut value {
-                object.insert("scheme".into(), Value::from(verified.scheme().as_str()));
-                object.insert("sender_tier".into(), Value::from(verified.sender_tier()));
-                object.insert(
-                    "delegation".into(),
-                    serde_json::to_value(verified.delegation()).unwrap_or(Value::Null),
-                );
-            }
-            Ok(value.to_string())
+            Ok(verified.to_json().to_string())
         })();
         native(result)
     }

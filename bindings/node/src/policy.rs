@@ -100,35 +100,26 @@ pub fn answer_elevation(id: f64, answer_json: String) {
 }
 
 /// The preset tier `name` (`low`, `medium` with `home` or `$HOME`, `high`) as JSON, or
-/// `null` for another name.
+/// `{"error": message}` for another name.
 #[napi]
-pub fn tier_preset_json(name: String, home: Option<String>) -> Option<String> {
-    let home = home
-        .or_else(|| std::env::var("HOME").ok())
-        .unwrap_or_else(|| "/home".into());
-    let tier = strata::policy::Tier::preset(&name, std::path::Path::new(&home))?;
-    serde_json::to_string(&tier).ok()
+pub fn tier_preset_json(name: String, home: Option<String>) -> String {
+    let looked_up =
+        strata::policy::Tier::lookup(&name, &[], home.as_deref().map(std::path::Path::new))
+            .and_then(|tier| {
+                serde_json::to_value(&tier).map_err(|e| strata::Error::invalid(e.to_string()))
+            });
+    match looked_up {
+        Ok(tier) => tier.to_string(),
+        Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
+    }
 }
 
 /// Checks an audit log: `{"records", "head"}` as JSON, or `{"error": message}` naming the
 /// first altered, removed or reordered record (or records cut off the end, with `head`).
 #[napi]
 pub fn verify_audit_json(path: String, head: Option<String>) -> String {
-    let file = match std::fs::File::open(&path) {
-        Ok(file) => file,
-        Err(e) => {
-            return serde_json::json!({ "error": format!("audit log {path}: {e}") }).to_string()
-        }
-    };
-    let reader = std::io::BufReader::new(file);
-    let verified = match head {
-        Some(head) => strata::audit::verify_head(reader, &head),
-        None => strata::audit::verify(reader),
-    };
-    match verified {
+    match strata::audit::verify_file(std::path::Path::new(&path), head.as_deref()) {
         Ok(v) => serde_json::json!({ "records": v.records, "head": v.head }).to_string(),
-        Err(broken) => {
-            serde_json::json!({ "error": format!("audit log {path}: {broken}") }).to_string()
-        }
+        Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
     }
 }

@@ -166,12 +166,7 @@ pub fn caps_for_call(
             .map_err(|e| strata::Error::invalid(format!("arguments: {e}")))?;
         let derived = match tier {
             Some(name) => {
-                let home = std::env::var_os("HOME")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| PathBuf::from("/home"));
-                let tier = strata::policy::Tier::preset(&name, &home).ok_or_else(|| {
-                    strata::Error::invalid(format!("unknown tier preset {name:?}"))
-                })?;
+                let tier = strata::policy::Tier::lookup(&name, &[], None)?;
                 let tool = strata::Tool::command([program.unwrap_or_else(|| "tool".into())]);
                 strata::policy::derive_for_tier(&schema, &arguments, &base, &tier, &tool)?
             }

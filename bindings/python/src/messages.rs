@@ -5,7 +5,6 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use serde_json::Value;
 use strata::policy::message::{
     audit_event, Agent, AgentKey, Directory, Message, MessageKind, PublicKey, Scheme,
     SignedMessage, Verifier,
@@ -115,18 +114,7 @@ impl PyAgentDirectory {
         tier: Option<String>,
         scheme: &str,
     ) -> PyResult<String> {
-        let scheme = match scheme {
-            "ed25519" => Scheme::Ed25519,
-            "hmac-sha256" => Scheme::HmacSha256,
-            other => {
-                return Err(crate::errors::to_py(
-                    py,
-                    &strata::Error::invalid(format!(
-                        "unknown scheme {other:?} (expected ed25519 or hmac-sha256)"
-                    )),
-                ))
-            }
-        };
+        let scheme: Scheme = scheme.parse().py_err(py)?;
         let body = body_text(body)?;
         let kind: MessageKind = kind.parse().py_err(py)?;
         let message = match (kind.is_delegate(), tier) {
@@ -205,16 +193,6 @@ impl PyMessageVerifier {
             sandbox.audit(audit_event(&signed, &verified)).py_err(py)?;
         }
         let verified = verified.py_err(py)?;
-        let mut value = serde_json::to_value(verified.message())
-            .map_err(|e| crate::errors::to_py(py, &strata::Error::invalid(e.to_string())))?;
-        if let Value::Object(object) = &mut value {
-            object.insert("scheme".into(), Value::from(verified.scheme().as_str()));
-            object.insert("sender_tier".into(), Value::from(verified.sender_tier()));
-            object.insert(
-                "delegation".into(),
-                serde_json::to_value(verified.delegation()).unwrap_or(Value::Null),
-            );
-        }
-        json_to_py(py, &value)
+        json_to_py(py, &verified.to_json())
     }
 }

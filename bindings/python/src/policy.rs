@@ -100,17 +100,7 @@ pub fn tier_preset<'py>(
     name: &str,
     home: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let home = home
-        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("/home"));
-    let tier = Tier::preset(name, &home).ok_or_else(|| {
-        to_py(
-            py,
-            &strata::Error::invalid(format!(
-                "unknown tier preset {name:?} (expected low, medium or high)"
-            )),
-        )
-    })?;
+    let tier = Tier::lookup(name, &[], home.as_deref()).map_err(|e| to_py(py, &e))?;
     let value = serde_json::to_value(&tier)
         .map_err(|e| to_py(py, &strata::Error::invalid(e.to_string())))?;
     json_to_py(py, &value)
@@ -126,23 +116,8 @@ pub fn verify_audit<'py>(
     path: PathBuf,
     head: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let file = std::fs::File::open(&path).map_err(|e| {
-        to_py(
-            py,
-            &strata::Error::invalid(format!("audit log {}: {e}", path.display())),
-        )
-    })?;
-    let reader = std::io::BufReader::new(file);
-    let verified = match head {
-        Some(head) => strata::audit::verify_head(reader, &head),
-        None => strata::audit::verify(reader),
-    }
-    .map_err(|broken| {
-        to_py(
-            py,
-            &strata::Error::invalid(format!("audit log {}: {broken}", path.display())),
-        )
-    })?;
+    let verified = strata::audit::verify_file(&path, head.as_deref())
+        .map_err(|e| to_py(py, &strata::Error::invalid(e.to_string())))?;
     let value = serde_json::json!({ "records": verified.records, "head": verified.head });
     json_to_py(py, &value)
 }

@@ -2,15 +2,16 @@
 //! agent-sandbox, through Strata's agent channel.
 //!
 //! One run:
-//! 1. the caps are checked against what a pod can honour (below), before anything is
-//!    claimed;
+//! 1. the run spec (planned for the cluster by the caller, [`sandbox_core::RunSpec::plan`])
+//!    is checked against what a pod can honour (below), before anything is claimed;
 //! 2. a `SandboxClaim` on the configured warm pool ([`Cluster::claim`]), then
 //!    [`Cluster::wait_ready`] until the claim controller binds a ready sandbox;
 //! 3. `strata-guest-agent serve` ([`AGENT_SERVE`]) is exec'd in the sandbox's pod through
 //!    the API server (kube-rs `exec`, a websocket); the exec stream's standard input and
-//!    output are the agent channel, spoken exactly as to a microVM's agent (the run request
-//!    carries argv, env, limits; the agent enforces the wall clock, the output cap and the
-//!    rlimits, and kills the tool if the stream breaks);
+//!    output are the agent channel (the pod's [`sandbox_agent::Carrier`]), driven by the same
+//!    run driver as a microVM's agent ([`sandbox_agent::driver`], every message worded for the
+//!    pod); the run request carries argv, env, limits; the agent enforces the wall clock, the
+//!    output cap and the rlimits, and kills the tool if the stream breaks;
 //! 4. the claim is deleted on every path (its sandbox and pod follow; a used pod is never
 //!    handed to another run).
 //!
@@ -53,11 +54,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
 use sandbox_agent::driver::{self as session, AgentRun, Ending, Greeting, RunPlan};
 use sandbox_agent::inner::{self, InnerPaths, InnerRun};
-use sandbox_agent::protocol::{GuestExit, GuestRlimits, RunRequest};
+use sandbox_agent::protocol::{GuestExit, RunRequest};
+use sandbox_agent::request::{self, Base};
 use sandbox_agent::{Carrier, Place};
 use sandbox_core::{
     Backend, BackendKind, BackendReport, Capability, Caps, Check, Error, LimitKind, Mechanism, Net,
-    Receipt, ResourceUsage, Result, RunContext, RunOutput, Strictness, Tool,
+    Receipt, ResourceUsage, Result, RunContext, RunOutput, RunSpec, Strictness, Tool,
 };
 
 use crate::client::{error_chain, Cluster, ClusterError};
@@ -397,76 +399,16 @@ fn inner_plan(
     Ok(Some(inner))
 }
 
-fn pod_env() -> std::collections::BTreeMap<String, String> {
-    POD_ENV
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// The run request of an inner run: the CLI's argv and files; its limits are the inner
-/// sandbox's (the agent keeps the wall clock, with slack, and the output cap).
-fn inner_request(inner: &InnerRun, caps: &Caps) -> RunRequest {
-    let limits = &caps.limits;
-    RunRequest {
-        argv: inner.argv.clone(),
-        env: pod_env(),
-        cwd: String::new(),
-        timeout_ms: (limits.timeout.as_millis().min(u128::from(u64::MAX)) as u64)
-            .saturating_add(inner::INNER_SLACK_MS),
-        output_cap: limits.output.bytes(),
-        entropy: entropy(),
-        rlimits: GuestRlimits::default(),
-        clock_unix_ns: 0,
-        mounts: Vec::new(),
-        files: inner.files.clone(),
-        report: Some(inner.report.clone()),
-        network: false,
-    }
-}
-
-/// The run request of a plain run (`proxy_env`: the egress proxy variables of an allowlist
-/// run, over any the caps set).
-fn request(argv: Vec<String>, caps: &Caps, proxy_env: &[(String, String)]) -> RunRequest {
-    let limits = &caps.limits;
-    let mut env = pod_env();
-    env.extend(caps.env.clone());
-    if !proxy_env.is_empty() {
-        env.retain(|k, _| !sandbox_core::egress::PROXY_VARIABLES.contains(&k.as_str()));
-        env.extend(proxy_env.iter().cloned());
-    }
-    RunRequest {
-        argv,
-        env,
-        // The agent's own directory: the pod's workspace (the container's workingDir).
-        cwd: caps
-            .workdir
-            .as_ref()
-            .map(|w| w.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        timeout_ms: limits.timeout.as_millis().min(u128::from(u64::MAX)) as u64,
-        output_cap: limits.output.bytes(),
-        entropy: entropy(),
-        rlimits: GuestRlimits {
-            cpu_seconds: limits.cpu_time.as_secs().max(1),
-            file_size: limits.file_size.bytes(),
-            open_files: u64::from(limits.open_files),
-        },
-        clock_unix_ns: 0,
-        mounts: Vec::new(),
-        files: Vec::new(),
-        report: None,
-        network: false,
-    }
-}
-
-fn entropy() -> Vec<u8> {
-    let mut bytes = vec![0u8; 64];
-    if getrandom::fill(&mut bytes).is_err() {
-        bytes.clear();
-    }
-    bytes
-}
+/// How a pod shapes the agent's requests: [`POD_ENV`] under the caps' variables, the
+/// agent's own directory (the pod's workspace) when the caps name none, the caller's proxy
+/// variables replaced only by an allowlist run's proxy.
+pub(crate) const POD: Base = Base {
+    env: &POD_ENV,
+    default_cwd: None,
+    strip_proxy_always: false,
+    inner_env: &POD_ENV,
+    inner_cwd: "",
+};
 
 /// A [`ClusterError`] of one step of a run, as the core's error.
 fn cluster_error(step: &str, e: ClusterError) -> Error {
@@ -489,9 +431,10 @@ impl Backend for ClusterBackend {
         BackendKind::Cluster
     }
 
-    fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
+    fn run(&self, tool: &Tool, spec: &RunSpec, ctx: &RunContext) -> Result<RunOutput> {
         let started = Instant::now();
-        let prepared = self.prepare(tool, caps, ctx, true)?;
+        let prepared = self.prepare(tool, spec, ctx, true)?;
+        let caps = &spec.caps;
         let cluster = self.cluster.clone();
         let claim = claim_on(&self.options.warm_pool);
         let name = self
@@ -559,11 +502,12 @@ impl ClusterBackend {
     fn prepare(
         &self,
         tool: &Tool,
-        caps: &Caps,
+        spec: &RunSpec,
         ctx: &RunContext,
         layered: bool,
     ) -> Result<Prepared> {
-        caps.validate()?;
+        spec.require_kind(BackendKind::Cluster)?;
+        let caps = &spec.caps;
         let argv = argv_for(tool)?;
         refusals(caps)?;
         let seen = self.template()?.clone();
@@ -583,8 +527,8 @@ impl ClusterBackend {
         let cli = self.options.inner_cli.as_deref().filter(|_| layered);
         let inner = inner_plan(cli, tool, caps, ctx.strictness, &proxy_env)?;
         let request = match &inner {
-            Some(inner) => inner_request(inner, caps),
-            None => request(argv, caps, &proxy_env),
+            Some(inner) => request::inner(inner, &caps.limits, &POD, false),
+            None => request::plain(argv, caps, &POD, &proxy_env, false),
         };
         Ok(Prepared {
             seen,

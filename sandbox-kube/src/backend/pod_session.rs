@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use sandbox_agent::driver::Ending;
 use sandbox_agent::protocol::{GuestExit, GuestFile, RunRequest, MAX_REPORT};
-use sandbox_core::{Caps, Error, Result, RunContext, RunOutput, Tool};
+use sandbox_core::grant::RealHost;
+use sandbox_core::{BackendKind, Caps, Error, Result, RunContext, RunOutput, RunSpec, Tool};
 
 use super::{claim_on, cluster_error, ClusterBackend};
 
@@ -79,7 +80,8 @@ impl ClusterSession<'_> {
     pub fn run(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         self.open()?;
         let started = Instant::now();
-        let prepared = self.backend.prepare(tool, caps, ctx, false)?;
+        let spec = RunSpec::plan(BackendKind::Cluster, tool, caps, &RealHost)?;
+        let prepared = self.backend.prepare(tool, &spec, ctx, false)?;
         let vm = self
             .backend
             .drive(&self.pod, prepared.request.clone(), caps, ctx)?;
@@ -183,10 +185,12 @@ impl Drop for ClusterSession<'_> {
 
 /// A request that runs `argv` with the pod's environment, no limits beyond the defaults.
 fn file_request(argv: &[&str]) -> RunRequest {
-    let mut request = super::request(
+    let mut request = sandbox_agent::request::plain(
         argv.iter().map(|a| (*a).to_owned()).collect(),
         &Caps::default(),
+        &super::POD,
         &[],
+        false,
     );
     request.entropy = Vec::new();
     request

@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use sandbox_core::policy::Tier;
+//! use sandbox_policy::Tier;
 //! use sandbox_kube::check::Pinned;
 //! use sandbox_kube::fake::{FakeApiServer, FakeOptions};
 //! use sandbox_kube::{render, render::AGENT_PATH, Boundary, RenderInput};

@@ -96,7 +96,7 @@ pub fn caps() -> Caps {
 
 pub fn run_with(backend: &WasmBackend, tool: &Tool, caps: &Caps) -> RunOutput {
     backend
-        .run(tool, caps, &RunContext::default())
+        .run_caps(tool, caps, &RunContext::default())
         .unwrap_or_else(|e| panic!("run {} failed: {e}", tool.describe()))
 }
 

@@ -40,7 +40,7 @@
 //! absolute (relative paths are refused, not resolved: the tool resolves them against its
 //! own working directory, which need not be any host directory), holds a NUL byte, or
 //! cleans to `/`, `/proc` or `/dev`; a write path that is or lies in a host-executed path
-//! ([`crate::grant::HOST_EXECUTED`]: `.git/hooks`, `.envrc`, `.bashrc`, ...) unless the
+//! ([`sandbox_core::grant::HOST_EXECUTED`]: `.git/hooks`, `.envrc`, `.bashrc`, ...) unless the
 //! base caps opt out of [`Caps::protect_host_executed`]; a value that is not a string
 //! (`null` included); a missing argument that the schema lists in `required` and that holds
 //! an annotation; a host that [`NetRule`] refuses, or that is a `*.` wildcard or a network
@@ -66,10 +66,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::tier::{lexical, Tier};
-use crate::caps::{Access, Caps, Mount, Net, NetRule};
-use crate::error::{Error, Result};
-use crate::grant::{Expect, HostExecuted, HOST_EXECUTED};
-use crate::tool::Tool;
+use sandbox_core::caps::{Access, Caps, Mount, Net, NetRule};
+use sandbox_core::error::{Error, Result};
+use sandbox_core::grant::{Expect, HostExecuted, HOST_EXECUTED};
+use sandbox_core::tool::Tool;
 
 /// The JSON Schema keyword that annotates a parameter: `"x-strata"`.
 pub const KEYWORD: &str = "x-strata";
@@ -198,7 +198,8 @@ pub fn derive_caps(schema: &Value, args: &Value, base: &Caps) -> Result<Derived>
                     }
                 }
             }
-            Net::Host => {}
+            // Host networking, or a policy this version does not know: left as it is.
+            _ => {}
         }
     }
     Ok(Derived { caps, arguments })
@@ -654,8 +655,8 @@ fn reason(error: Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caps::SystemDirs;
-    use crate::ErrorKind;
+    use sandbox_core::caps::SystemDirs;
+    use sandbox_core::ErrorKind;
     use serde_json::json;
 
     fn object(properties: Value) -> Value {

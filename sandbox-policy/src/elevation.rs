@@ -13,13 +13,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::tier::{Need, Tier};
-use crate::audit::AuditEvent;
-use crate::caps::Caps;
-use crate::error::{Error, Result};
-use crate::tool::{ScriptLanguage, Tool};
+pub use sandbox_core::receipt::{Grant, GrantId};
 
-/// Identifies a grant within one [`GrantBook`].
-pub type GrantId = u64;
+use sandbox_core::audit::AuditEvent;
+use sandbox_core::caps::Caps;
+use sandbox_core::error::{Error, Result};
+use sandbox_core::tool::{ScriptLanguage, Tool};
 
 /// Default lifetime of a grant: 10 minutes.
 pub const DEFAULT_GRANT_TTL: Duration = Duration::from_secs(600);
@@ -108,6 +107,8 @@ impl ElevationRequest {
                     sha256: sha256_hex(source.as_bytes()),
                 }),
             ),
+            // A tool kind this version does not know: the approver sees its description.
+            other => (Some(vec![other.describe()]), None),
         };
         let mut shown = caps.clone();
         let stdin_bytes = std::mem::take(&mut shown.stdin).len() as u64;
@@ -150,7 +151,7 @@ pub enum Approval {
     /// Grant the request's needs.
     Grant {
         /// How long the grant lives. Default: [`DEFAULT_GRANT_TTL`].
-        #[serde(default = "default_ttl", with = "crate::caps::millis")]
+        #[serde(default = "default_ttl", with = "sandbox_core::caps::millis")]
         ttl: Duration,
         /// How many runs it covers (at least 1). Default: [`DEFAULT_GRANT_RUNS`].
         #[serde(default = "default_runs")]
@@ -207,21 +208,6 @@ where
     fn decide(&self, request: &ElevationRequest) -> Approval {
         self(request)
     }
-}
-
-/// A live elevation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Grant {
-    /// Its number in the book.
-    pub id: GrantId,
-    /// The agent it was granted to (`None`: runs without an agent).
-    pub agent: Option<String>,
-    /// The capabilities it covers (see [`covers`]).
-    pub capabilities: Vec<String>,
-    /// When it stops covering anything, milliseconds since the Unix epoch.
-    pub expires_at_ms: u64,
-    /// Runs it still covers.
-    pub runs_left: u32,
 }
 
 /// The grants of one sandbox (or session).

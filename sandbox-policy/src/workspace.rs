@@ -5,7 +5,7 @@
 //! `sandbox_os::Workspace`). Afterwards the copy is compared with what was staged, giving a
 //! [`WorkspaceDiff`]: every path added, changed or deleted, with [`Flag`]s on what deserves
 //! a second look (symlinks, devices, setuid/setgid bits, the host-executed paths of
-//! [`crate::grant::HOST_EXECUTED`]). The caller then commits all of it, part of it
+//! [`sandbox_core::grant::HOST_EXECUTED`]). The caller then commits all of it, part of it
 //! ([`Selection`]), or discards it.
 //!
 //! This module holds the data and the pure rules; it touches no file system.
@@ -40,7 +40,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::grant::{Expect, HOST_EXECUTED};
+use sandbox_core::grant::{Expect, HOST_EXECUTED};
 
 /// What happened to a path since the workspace was staged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -102,7 +102,7 @@ pub enum Flag {
     Setgid,
     /// At or below a path the host executes or trusts (refused unless accepted).
     HostExecuted {
-        /// The matching entry of [`crate::grant::HOST_EXECUTED`], e.g. `.git/hooks`.
+        /// The matching entry of [`sandbox_core::grant::HOST_EXECUTED`], e.g. `.git/hooks`.
         entry: String,
         /// Who runs or trusts it.
         why: String,
@@ -195,7 +195,7 @@ impl WorkspaceDiff {
 /// bits `mode`, whose staged original had bits `before_mode` (`None` when added).
 /// `grant_root` is the grant's host path: a host-executed path is matched anywhere in
 /// `grant_root/path` as long as it lies at or below the grant's root (granting `.git/hooks`
-/// itself is the caller's explicit choice, as in [`crate::grant::host_executed`]).
+/// itself is the caller's explicit choice, as in [`sandbox_core::grant::host_executed`]).
 pub fn flags(
     grant_root: &Path,
     path: &Path,
@@ -253,7 +253,7 @@ fn host_executed_match(
     grant_root: &Path,
     path: &Path,
     entry: &Entry,
-) -> Option<&'static crate::grant::HostExecuted> {
+) -> Option<&'static sandbox_core::grant::HostExecuted> {
     let root = names(grant_root);
     let rel = names(path);
     let full: Vec<&std::ffi::OsStr> = root.iter().chain(rel.iter()).copied().collect();

@@ -1,6 +1,9 @@
-//! The policy layer: which runs a caller may ask for, where they run, who may raise them,
+//! Strata's policy layer: which runs a caller may ask for, where they run, who may raise them,
 //! and which agents trust each other. Every decision here is data in, data out: no OS code,
 //! no clocks read (callers pass `now`), so each rule is a pure function with its own tests.
+//! The facade (`strata::policy` re-exports this crate) applies it before a backend runs;
+//! `sandbox-core` holds only what a receipt and a run context carry of it ([`Risk`],
+//! [`Route`], [`Grant`]).
 //!
 //! - [`tier`]: named presets of what a run may ask for (`high`, `medium`, `low`, or the
 //!   embedder's own); [`Tier::check`] lists the [`Need`]s a request has beyond its tier.
@@ -20,6 +23,9 @@
 //! Capabilities are named by short strings, the same in refusals, approval requests, grants
 //! and the audit log: `read:PATH`, `write:PATH`, `net:allow`, `net:host`, `program:NAME`,
 //! `secrets`.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod elevation;
 pub mod message;

@@ -28,107 +28,16 @@
 //! [`Route::reason`] then says so. No risk declared: [`Risk::of`] derives one from the tool.
 
 use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::BackendKind;
-use crate::caps::Caps;
-use crate::error::{Error, Result};
-use crate::tool::{ScriptLanguage, Tool};
+pub use sandbox_core::receipt::Route;
+pub use sandbox_core::risk::Risk;
 
-/// How much harm a tool could do, as the caller declares it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Risk {
-    /// Pure computation: no files beyond its inputs, no network.
-    Compute,
-    /// Reads and writes files of a workspace.
-    Files,
-    /// Builds and tests code (toolchains, many processes).
-    Build,
-    /// Code nobody reviewed (model-written scripts, downloaded programs).
-    Untrusted,
-}
-
-impl Risk {
-    /// Every risk, lowest first.
-    pub const ALL: [Risk; 4] = [Risk::Compute, Risk::Files, Risk::Build, Risk::Untrusted];
-
-    /// The lowercase name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Risk::Compute => "compute",
-            Risk::Files => "files",
-            Risk::Build => "build",
-            Risk::Untrusted => "untrusted",
-        }
-    }
-
-    /// The risk of a tool nobody declared one for: WebAssembly modules are `compute`;
-    /// scripts (model-written code) are `untrusted`; a command in an image is `build`;
-    /// other commands are `files`.
-    pub fn of(tool: &Tool, caps: &Caps) -> Risk {
-        match tool {
-            Tool::Wasm { .. } => Risk::Compute,
-            Tool::Script { .. } => Risk::Untrusted,
-            Tool::Command { .. } if caps.container.is_some() => Risk::Build,
-            Tool::Command { .. } => Risk::Files,
-        }
-    }
-
-    /// The backend this risk prefers.
-    pub fn preferred(self) -> BackendKind {
-        match self {
-            Risk::Compute => BackendKind::Wasm,
-            Risk::Files | Risk::Build => BackendKind::Container,
-            Risk::Untrusted => BackendKind::Microvm,
-        }
-    }
-
-    /// Every backend in the order this risk tries them: the preferred one, then the
-    /// fallbacks (those below [`Risk::floor`] only with [`RoutePolicy::allow_weaker`]).
-    pub fn chain(self) -> &'static [BackendKind] {
-        use BackendKind::{Container, Microvm, Process, Wasm};
-        match self {
-            Risk::Compute => &[Wasm, Process, Container, Microvm],
-            Risk::Files => &[Container, Process, Microvm, Wasm],
-            Risk::Build => &[Container, Microvm, Process, Wasm],
-            Risk::Untrusted => &[Microvm, Container, Process, Wasm],
-        }
-    }
-
-    /// The weakest boundary this risk accepts without [`RoutePolicy::allow_weaker`].
-    pub fn floor(self) -> BackendKind {
-        match self {
-            Risk::Compute | Risk::Files => BackendKind::Process,
-            Risk::Build => BackendKind::Container,
-            Risk::Untrusted => BackendKind::Microvm,
-        }
-    }
-}
-
-impl fmt::Display for Risk {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Risk {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        Risk::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "unknown risk {s:?} (expected compute, files, build or untrusted)"
-                ))
-            })
-    }
-}
+use sandbox_core::backend::BackendKind;
+use sandbox_core::caps::Caps;
+use sandbox_core::error::{Error, Result};
+use sandbox_core::tool::{ScriptLanguage, Tool};
 
 /// How strong a backend's boundary is: `process` 1, `container` 2, `wasm` 3, `microvm` 4,
 /// `cluster` 4 (the pod's runtime class gives it a kernel of its own: gVisor's or a Kata
@@ -139,6 +48,8 @@ pub fn strength(kind: BackendKind) -> u8 {
         BackendKind::Container => 2,
         BackendKind::Wasm => 3,
         BackendKind::Microvm | BackendKind::Cluster => 4,
+        // A backend this version does not know is trusted least.
+        _ => 0,
     }
 }
 
@@ -168,19 +79,6 @@ pub enum BackendOffer {
     Available,
     /// Not usable here, and why.
     Unavailable(String),
-}
-
-/// The router's decision, kept in the receipt.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Route {
-    /// The risk the decision used (declared or derived).
-    pub risk: Risk,
-    /// Whether the caller declared the risk (`false`: derived from the tool).
-    pub declared: bool,
-    /// The backend chosen.
-    pub backend: BackendKind,
-    /// Why: the preference, and every backend skipped on the way with its reason.
-    pub reason: String,
 }
 
 /// Chooses the backend for `tool` under `risk` (derived with [`Risk::of`] when `None`).
@@ -264,6 +162,7 @@ fn cannot_run(kind: BackendKind, tool: &Tool, caps: &Caps) -> Option<&'static st
         (BackendKind::Wasm, Tool::Script { language, .. }) => match language {
             ScriptLanguage::Python | ScriptLanguage::Javascript => None,
             ScriptLanguage::Sh => Some("runs no sh scripts (there is no WASI shell)"),
+            _ => Some("runs no scripts in this language"),
         },
         (BackendKind::Wasm, Tool::Command { .. }) => {
             Some("runs WebAssembly modules and Python/JavaScript scripts, not host commands")

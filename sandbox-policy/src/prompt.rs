@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 
 use super::elevation::{ElevationRequest, ScriptRequest};
-use crate::caps::{Access, Caps, Net};
+use sandbox_core::caps::{Access, Caps, Net};
 
 /// At most this many bytes of one argument, environment value or script line are shown;
 /// longer ones are cut (on a character boundary) and marked with their length and SHA-256.
@@ -161,6 +161,8 @@ fn caps_lines(out: &mut String, caps: &Caps, stdin_bytes: u64) {
         let access = match mount.access {
             Access::ReadWrite => "read-write",
             Access::ReadOnly => "read-only ",
+            // An access this version does not know is shown as the widest.
+            _ => "read-write",
         };
         let follows = if mount.follow_symlinks {
             " (follows symlinks)"
@@ -220,8 +222,8 @@ fn caps_lines(out: &mut String, caps: &Caps, stdin_bytes: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Need, Tier};
-    use crate::tool::{ScriptLanguage, Tool};
+    use crate::{Need, Tier};
+    use sandbox_core::tool::{ScriptLanguage, Tool};
 
     fn need(capability: &str) -> Need {
         Need {

@@ -8,7 +8,7 @@
 //! | `medium` | the home directory only   | an allowlist      | approved programs only     |
 //! | `low`    | `/tmp` only, read-only    | none              | read-only: no writable grant |
 //!
-//! The system directories every program needs ([`crate::SystemDirs`]) are read-only and
+//! The system directories every program needs ([`sandbox_core::SystemDirs`]) are read-only and
 //! allowed in every tier; so is each run's private `/tmp`. Secrets are `high` only. An
 //! embedder defines its own tiers by filling in a [`Tier`]. [`Tier::check`] returns what a
 //! request asks for beyond its tier; an empty list means the tier allows it.
@@ -16,7 +16,7 @@
 //! A tier decides on the host path a grant *binds*, not the one it names: `--ro-follow
 //! /tmp/x/link` with `link -> /etc` is a read of `/etc`. The check itself touches no file
 //! system, so it is given grants already resolved on the host and pinned there
-//! ([`crate::grant::pin`], the resolution every backend applies: each component looked up
+//! ([`sandbox_core::grant::pin`], the resolution every backend applies: each component looked up
 //! without following symlinks, and `canonicalize` for a grant that follows them); the
 //! `strata` facade pins every run's grants before its tier is checked and runs the pinned
 //! grants, so the path checked is the path bound. Given a grant that still follows
@@ -29,9 +29,10 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::caps::{Access, Caps, Net};
-use crate::grant::{self, HostLookup, Pinned};
-use crate::tool::{ScriptLanguage, Tool};
+use sandbox_core::caps::{Access, Caps, Net};
+use sandbox_core::error::{Error, Result};
+use sandbox_core::grant::{self, HostLookup, Pinned};
+use sandbox_core::tool::{ScriptLanguage, Tool};
 
 /// A ceiling on what runs may ask for. `rank` orders tiers for delegation (a higher rank is
 /// more trusted): an agent may delegate only to an agent of the same or a lower rank.
@@ -167,6 +168,41 @@ impl Tier {
         }
     }
 
+    /// The home the `medium` preset grants when the caller names none: `$HOME` when it is
+    /// an absolute path, else `/home`.
+    pub fn default_home() -> PathBuf {
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute())
+            .unwrap_or_else(|| PathBuf::from("/home"))
+    }
+
+    /// The tier `name`: one of `defined` (the embedder's own, which win by name), else a
+    /// preset ([`Tier::preset`]) with `home` ([`Tier::default_home`] when `None`). The one
+    /// lookup the facade, the CLI and both bindings use.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] naming the tier and every tier known.
+    pub fn lookup(name: &str, defined: &[Tier], home: Option<&Path>) -> Result<Tier> {
+        if let Some(tier) = defined.iter().find(|t| t.name == name) {
+            return Ok(tier.clone());
+        }
+        let home = home.map_or_else(Tier::default_home, Path::to_path_buf);
+        Tier::preset(name, &home).ok_or_else(|| {
+            let mut known: Vec<String> = Tier::PRESETS.iter().map(|s| s.to_string()).collect();
+            known.extend(
+                defined
+                    .iter()
+                    .map(|t| t.name.clone())
+                    .filter(|n| !Tier::PRESETS.contains(&n.as_str())),
+            );
+            Error::invalid(format!(
+                "unknown tier {name:?} (known: {})",
+                known.join(", ")
+            ))
+        })
+    }
+
     /// Adds programs to the approved list (no effect on [`ProgramScope::Any`]).
     pub fn approve_programs<I, S>(mut self, programs: I) -> Tier
     where
@@ -184,7 +220,7 @@ impl Tier {
     /// paths absolute).
     ///
     /// Host paths are decided as written (after removing `.` and `..` lexically): give
-    /// caps whose grants were pinned on the host ([`crate::grant::pin`]), or use
+    /// caps whose grants were pinned on the host ([`sandbox_core::grant::pin`]), or use
     /// [`Tier::check_on_host`]. A grant that follows symlinks is not pinned, so under a
     /// tier that limits paths it is a need of its own (`read:PATH` or `write:PATH`,
     /// saying so) whatever path it names.
@@ -218,6 +254,8 @@ impl Tier {
             Net::None => None,
             Net::Allow(_) => Some((NetScope::Allowlist, "net:allow")),
             Net::Host => Some((NetScope::Any, "net:host")),
+            // A network policy this version does not know needs the widest scope.
+            _ => Some((NetScope::Any, "net:host")),
         };
         if let Some((scope, capability)) = net {
             if scope > self.network {
@@ -248,19 +286,19 @@ impl Tier {
 
 impl Tier {
     /// [`Tier::check`] on `caps` with its grants resolved on `host` and pinned first
-    /// ([`crate::grant::pin`]): each need names the path the grant would bind. Returns the
+    /// ([`sandbox_core::grant::pin`]): each need names the path the grant would bind. Returns the
     /// pinned caps too: run those, so the paths checked are the paths bound (a symlink
     /// swapped in later refuses the run instead of redirecting it).
     ///
     /// # Errors
-    /// As [`crate::grant::pin`]: [`crate::Error::InvalidRequest`] for a grant that does not
+    /// As [`sandbox_core::grant::pin`]: [`sandbox_core::Error::InvalidRequest`] for a grant that does not
     /// exist or holds a symlink it does not follow (no backend would run it either).
     pub fn check_on_host<H: HostLookup + ?Sized>(
         &self,
         tool: &Tool,
         caps: &Caps,
         host: &H,
-    ) -> crate::Result<(Vec<Need>, Pinned)> {
+    ) -> sandbox_core::Result<(Vec<Need>, Pinned)> {
         let pinned = grant::pin(caps, host)?;
         Ok((self.check(tool, &pinned.caps), pinned))
     }
@@ -313,9 +351,12 @@ pub fn program_name(tool: &Tool) -> String {
             ScriptLanguage::Python => "python3",
             ScriptLanguage::Javascript => "node",
             ScriptLanguage::Sh => "sh",
+            // Never on an approved list: a tier with one refuses it.
+            _ => "unknown-interpreter",
         }
         .to_string(),
         Tool::Wasm { .. } => "wasm".to_string(),
+        _ => "unknown-tool".to_string(),
     }
 }
 
@@ -339,7 +380,7 @@ pub fn lexical(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caps::NetRule;
+    use sandbox_core::caps::NetRule;
 
     fn caps() -> Caps {
         Caps::new()
@@ -463,7 +504,9 @@ mod tests {
     }
 
     fn follow(host: &str, access: Access) -> Caps {
-        caps().with_mount(crate::Mount::new(host.into(), "/data".into(), access).follow_symlinks())
+        caps().with_mount(
+            sandbox_core::Mount::new(host.into(), "/data".into(), access).follow_symlinks(),
+        )
     }
 
     #[test]
@@ -514,7 +557,7 @@ mod tests {
                 &LinkHost,
             )
             .expect_err("a plain grant does not follow its symlink");
-        assert_eq!(err.kind(), crate::ErrorKind::InvalidRequest);
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest);
         assert!(
             err.to_string().contains("/tmp/x/link is a symlink"),
             "{err}"
