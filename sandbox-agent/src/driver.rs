@@ -14,8 +14,8 @@ use sandbox_core::{
 use crate::carrier::Carrier;
 use crate::place::Place;
 use crate::protocol::{
-    encode, AgentMsg, Decoder, GuestExit, GuestLimit, HostMsg, OutStream, RunRequest, CHUNK,
-    PROTOCOL_VERSION,
+    encode, AgentMsg, Applied, Decoder, GuestExit, GuestLimit, HostMsg, OutStream, RunRequest,
+    CHUNK, PROTOCOL_VERSION,
 };
 
 /// How much longer than the tool's timeout the host waits for the agent's own report
@@ -75,6 +75,9 @@ pub struct AgentRun {
     pub archives: Vec<Archive>,
     /// The report file's contents, when the request named one.
     pub report: Option<Vec<u8>>,
+    /// What the agent applied for the tool, as it read it back (`None`: it never said,
+    /// e.g. the tool did not start).
+    pub applied: Option<Applied>,
 }
 
 /// One run's parameters beyond the carrier itself.
@@ -208,10 +211,12 @@ pub fn drive(
     let deadline = Instant::now() + timeout + WALL_GRACE;
     let mut out = Output::new(cap, ctx.sink.as_deref());
     let mut report = None;
+    let mut applied = None;
     let ending = loop {
         match chan.recv(carrier, deadline, ctx)? {
             Recv::Msg(AgentMsg::Output { stream, data }) => out.push(stream, &data),
             Recv::Msg(AgentMsg::Report { data }) => report = Some(data),
+            Recv::Msg(AgentMsg::Applied { applied: seen }) => applied = Some(seen),
             Recv::Msg(AgentMsg::Exit { status }) => break Ending::Agent(status),
             Recv::Msg(AgentMsg::Error { message }) => {
                 return Err(Error::setup(
@@ -241,6 +246,7 @@ pub fn drive(
         kernel,
         archives,
         report,
+        applied,
     })
 }
 

@@ -1,7 +1,8 @@
 //! What the microVM and cluster backends share: the far end of the run is Strata's agent
 //! (`strata-guest-agent`), reached over a byte channel that a VM or a pod provides.
 //!
-//! Module map: [`protocol`] (frames, messages, decoder), [`place`] (where the agent runs,
+//! Module map: [`protocol`] (frames, messages, decoder), [`applied`] (the host's check of
+//! what the agent applied), [`place`] (where the agent runs,
 //! and every message worded for it), [`carrier`] (what a VM or a pod provides: the channel,
 //! whether it ended, diagnostics, teardown), [`driver`] (one run over a carrier: greeting,
 //! request, stdin, output, wall clock, read-write grants back), [`inner`] (the sandbox the
@@ -15,6 +16,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod applied;
 pub mod carrier;
 pub mod driver;
 pub mod inner;

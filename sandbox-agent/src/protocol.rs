@@ -11,7 +11,7 @@
 //! the agent answers [`AgentMsg::Welcome`]; then the host sends [`HostMsg::Run`], the stdin
 //! bytes as [`HostMsg::Stdin`] chunks and [`HostMsg::StdinEnd`]; it may send
 //! [`HostMsg::Kill`] at any time. The agent answers with [`AgentMsg::Output`] chunks and
-//! one [`AgentMsg::Exit`]; then, for each read-write grant the run asked back, the grant's
+//! one [`AgentMsg::Applied`] (what the agent applied, read back), and one [`AgentMsg::Exit`]; then, for each read-write grant the run asked back, the grant's
 //! tree as [`AgentMsg::Archive`] chunks (a tar stream) and one [`AgentMsg::ArchiveEnd`].
 //! [`AgentMsg::Error`] means the agent refused (version mismatch, a malformed frame).
 //!
@@ -24,7 +24,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks. Host and agent refuse any other.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest payload of one frame: 1 MiB.
 pub const MAX_FRAME: usize = 1024 * 1024;
@@ -171,6 +171,12 @@ pub enum AgentMsg {
         #[serde(with = "b64")]
         data: Vec<u8>,
     },
+    /// What the agent applied for the tool, read back once it started (before
+    /// [`AgentMsg::Exit`]); the host checks it against the request.
+    Applied {
+        /// What was read back.
+        applied: Applied,
+    },
     /// The tool ended.
     Exit {
         /// How.
@@ -203,6 +209,27 @@ pub enum AgentMsg {
         /// What went wrong.
         message: String,
     },
+}
+
+/// What the agent applied for the tool, read back where the agent's place lets it read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Applied {
+    /// The indices in [`RunRequest::mounts`] of the disks found mounted at their targets
+    /// (read back from `/proc/self/mountinfo`).
+    pub mounts: Vec<u32>,
+    /// The machine's memory as its kernel reports it (`MemTotal`), in bytes; `None` when
+    /// unreadable.
+    pub memory_total: Option<u64>,
+    /// `memory.max` of the agent's cgroup (v2), in bytes; `None` for no limit, no cgroup v2
+    /// or unreadable.
+    pub cgroup_memory_max: Option<u64>,
+    /// `pids.max` of the agent's cgroup (v2); `None` for no limit, no cgroup v2 or
+    /// unreadable.
+    pub cgroup_pids_max: Option<u64>,
+    /// The tool process's resource limits (soft), read from `/proc/PID/limits` once it
+    /// started; `None` when unreadable. A limit without a value reads as 0.
+    pub rlimits: Option<GuestRlimits>,
 }
 
 /// How the tool ended, as the agent saw it.

@@ -8,8 +8,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sandbox_agent::protocol::{
-    encode, AgentMsg, Decoder, GuestExit, GuestFile, GuestMount, GuestRlimits, HostMsg, OutStream,
-    RunRequest, PROTOCOL_VERSION,
+    encode, AgentMsg, Applied, Decoder, GuestExit, GuestFile, GuestMount, GuestRlimits, HostMsg,
+    OutStream, RunRequest, PROTOCOL_VERSION,
 };
 
 /// How long any one step may take before the test calls it hung (not a timing assertion).
@@ -21,6 +21,8 @@ struct Agent {
     from: ChildStdout,
     decoder: Decoder,
     dir: tempfile::TempDir,
+    /// What the agent said it applied (kept aside by `recv`, which returns the rest).
+    applied: Option<Applied>,
 }
 
 impl Agent {
@@ -41,6 +43,7 @@ impl Agent {
             from,
             decoder: Decoder::new(),
             dir,
+            applied: None,
         }
     }
 
@@ -56,8 +59,14 @@ impl Agent {
     fn recv(&mut self) -> Option<AgentMsg> {
         let mut buf = [0u8; 64 * 1024];
         loop {
-            if let Some(msg) = self.decoder.next_msg::<AgentMsg>().expect("a good frame") {
-                return Some(msg);
+            match self.decoder.next_msg::<AgentMsg>().expect("a good frame") {
+                Some(AgentMsg::Applied { applied }) => {
+                    assert!(self.applied.is_none(), "one report of what was applied");
+                    self.applied = Some(applied);
+                    continue;
+                }
+                Some(msg) => return Some(msg),
+                None => {}
             }
             match self.from.read(&mut buf).expect("reads") {
                 0 => return None,
@@ -144,6 +153,46 @@ fn serve_runs_one_request_over_stdio_in_its_own_directory_and_exits() {
         cwd.display().to_string()
     );
     assert!(agent.wait().success());
+}
+
+/// The host checks the tool's limits against what the agent reads back from the started
+/// process, not against what it asked for.
+#[test]
+fn serve_reports_the_limits_the_tool_started_with() {
+    let mut agent = Agent::serve();
+    agent.greet();
+    let mut req = request("ulimit -n");
+    req.rlimits = GuestRlimits {
+        cpu_seconds: 7,
+        file_size: 1 << 20,
+        open_files: 33,
+    };
+    agent.send(&HostMsg::Run(req.clone()));
+    agent.send(&HostMsg::StdinEnd);
+    let mut out = Vec::new();
+    loop {
+        match agent.recv().expect("the agent reports") {
+            AgentMsg::Output { data, .. } => out.extend(data),
+            AgentMsg::Exit { status } => {
+                assert_eq!(status, GuestExit::Exited { code: 0 });
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&out).trim(), "33");
+    let applied = agent
+        .applied
+        .clone()
+        .expect("the agent said what it applied");
+    assert_eq!(applied.rlimits, Some(req.rlimits));
+    assert!(applied.mounts.is_empty());
+    assert!(applied.memory_total.is_some_and(|m| m > 0), "{applied:?}");
+    assert!(
+        sandbox_agent::applied::missing(&req, Some(&applied)).is_empty(),
+        "{applied:?}"
+    );
+    agent.wait();
 }
 
 #[test]

@@ -22,7 +22,9 @@
 //! working directory (empty: the agent's own), in its own process group, stdin fed from the
 //! host's chunks, stdout and stderr forwarded up to the output cap, the wall-clock limit
 //! enforced here too (the host kills the whole VM a little later regardless); the host
-//! closing the channel kills the tool. Then it reports [`AgentMsg::Exit`] and sends each
+//! closing the channel kills the tool. Once the tool started it reports [`AgentMsg::Applied`]
+//! (what it applied, read back: disks found mounted, the machine's memory, its cgroup's
+//! limits, the tool's own rlimits); then [`AgentMsg::Exit`] and sends each
 //! read-write grant back as a tar stream.
 //!
 //! Linux only; runs as root in a VM, as the pod's user in a pod.
@@ -39,8 +41,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sandbox_agent::protocol::{
-    encode, AgentMsg, Decoder, GuestExit, GuestLimit, GuestMount, GuestRlimits, HostMsg, OutStream,
-    RunRequest, CHUNK, MAX_REPORT, PORT_NAME, PROTOCOL_VERSION,
+    encode, AgentMsg, Applied, Decoder, GuestExit, GuestLimit, GuestMount, GuestRlimits, HostMsg,
+    OutStream, RunRequest, CHUNK, MAX_REPORT, PORT_NAME, PROTOCOL_VERSION,
 };
 // Where the agent runs decides what it may do to its machine: in a VM (PID 1's successor)
 // it is root and owns the machine; in a pod (`serve`) it is unprivileged and the pod's
@@ -631,6 +633,12 @@ fn run(place: Place, port: &Port, req: RunRequest, reader: Reader, decoder: Deco
         }
     };
     let pgid = child.id();
+    send(
+        port,
+        &AgentMsg::Applied {
+            applied: applied(&req, pgid),
+        },
+    );
     let flags = Arc::new(Flags {
         killed: AtomicBool::new(false),
         output: AtomicBool::new(false),
@@ -742,6 +750,65 @@ fn oom_kills() -> u64 {
             })
         })
         .unwrap_or(0)
+}
+
+/// What was applied for the tool (`pid`, started and not yet reaped), read back: the
+/// request's disks found at their targets, the machine's memory, the agent's cgroup limits
+/// and the tool's own resource limits.
+fn applied(req: &RunRequest, pid: u32) -> Applied {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mount_points: Vec<&str> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .collect();
+    let mounts = req
+        .mounts
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| mount_points.contains(&m.target.replace(' ', "\\040").as_str()))
+        .map(|(i, _)| i as u32)
+        .collect();
+    let memory_total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        });
+    let cgroup_dir = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|text| {
+            let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+            Some(PathBuf::from("/sys/fs/cgroup").join(path.trim_start_matches('/')))
+        });
+    let cgroup_value = |file: &str| {
+        let text = std::fs::read_to_string(cgroup_dir.as_ref()?.join(file)).ok()?;
+        text.trim().parse::<u64>().ok()
+    };
+    Applied {
+        mounts,
+        memory_total,
+        cgroup_memory_max: cgroup_value("memory.max"),
+        cgroup_pids_max: cgroup_value("pids.max"),
+        rlimits: tool_rlimits(pid),
+    }
+}
+
+/// The soft limits of process `pid` from `/proc/PID/limits` (`unlimited` reads as 0).
+fn tool_rlimits(pid: u32) -> Option<GuestRlimits> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let soft = |name: &str| -> Option<u64> {
+        let rest = text.lines().find_map(|l| l.strip_prefix(name))?;
+        match rest.split_whitespace().next()? {
+            "unlimited" => Some(0),
+            value => value.parse().ok(),
+        }
+    };
+    Some(GuestRlimits {
+        cpu_seconds: soft("Max cpu time")?,
+        file_size: soft("Max file size")?,
+        open_files: soft("Max open files")?,
+    })
 }
 
 fn set_rlimits(limits: GuestRlimits) -> std::io::Result<()> {

@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
+use sandbox_agent::applied;
 use sandbox_agent::driver::{self as session, AgentRun, Ending, Greeting, RunPlan};
 use sandbox_agent::inner::{self, InnerPaths, InnerRun};
 use sandbox_agent::protocol::{GuestExit, RunRequest};
@@ -606,7 +607,7 @@ impl ClusterBackend {
             gaps,
             inner,
             egress,
-            ..
+            request,
         } = prepared;
         let inner_result = match (&inner, &vm.ending) {
             (Some(_), Ending::Agent(GuestExit::Exited { .. } | GuestExit::Signaled { .. })) => {
@@ -624,6 +625,12 @@ impl ClusterBackend {
             }
             None => session::exit_status(&vm.ending, tool_program(tool).as_str())?,
         };
+        // The tool started: what the pod's agent applied for it must be what was asked.
+        let applied_gaps = applied::require(
+            applied::missing(&request, vm.applied.as_ref()),
+            ctx.strictness,
+            Place::Pod,
+        )?;
         let mut receipt = Receipt::new(BackendKind::Cluster, ctx.strictness);
         template::fill_receipt(&mut receipt, &seen, caps, inner.is_some());
         let peer = egress.as_ref().map(|e| e.peer().to_string());
@@ -636,7 +643,7 @@ impl ClusterBackend {
             "claimed pod",
             lifetime,
         );
-        for (cap, reason) in gaps {
+        for (cap, reason) in gaps.into_iter().chain(applied_gaps) {
             receipt.gap(cap, reason);
         }
         let inner_ran = inner_result.is_some();

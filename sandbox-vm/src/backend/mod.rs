@@ -39,6 +39,7 @@ use crate::qemu::Qemu;
 use crate::session::{self, ArchiveTarget, Boot, Ending, RunPlan};
 use crate::snapshot::{self, Shape, Snapshot};
 use crate::vmm::{Accel, Disk, NetRelay, VmConfig, Vmm};
+use sandbox_agent::applied;
 use sandbox_agent::inner::{self, InnerPaths};
 use sandbox_agent::protocol::GuestExit;
 use sandbox_agent::request::{self, Base};

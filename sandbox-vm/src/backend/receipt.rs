@@ -9,6 +9,8 @@ pub(super) struct GuestSeen<'a> {
     pub(super) boot: Duration,
     pub(super) restored: bool,
     pub(super) pooled: bool,
+    /// The guest's memory as its kernel reported it (`MemTotal`), read back by the agent.
+    pub(super) memory_total: Option<u64>,
 }
 
 /// What came of each read-write grant: applied, or why not.
@@ -162,11 +164,15 @@ impl MicrovmBackend {
             vm.clone(),
             "no host descriptor reaches the guest",
         );
+        let seen = guest
+            .memory_total
+            .map(|bytes| format!("; the guest kernel reports {} MiB", bytes >> 20))
+            .unwrap_or_default();
         receipt.enforce(
             Capability::Memory,
             Mechanism::Vm,
             "guest RAM",
-            if plan.layered {
+            format!("{}{seen}", if plan.layered {
                 format!(
                     "{} MiB: the tool's {} MiB, held by the layer inside the guest, and {LAYER_OVERHEAD_MIB} MiB for the guest kernel, the agent and that layer",
                     plan.memory_mib, plan.tool_mib
@@ -176,7 +182,7 @@ impl MicrovmBackend {
                     "{} MiB (guest kernel and initramfs included); the guest's OOM killer takes the tool first, never the agent",
                     plan.memory_mib
                 )
-            },
+            }),
         );
         receipt.enforce(
             Capability::Cpu,

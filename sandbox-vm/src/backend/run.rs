@@ -232,6 +232,7 @@ impl MicrovmBackend {
                 cap: w.image_size + (16 << 20),
             })
             .collect();
+        let sent = request.clone();
         let run_plan = RunPlan {
             greeting: boot.greeting(),
             ready_timeout: self.ready_timeout,
@@ -272,6 +273,12 @@ impl MicrovmBackend {
         } else {
             session::exit_status(&vm.ending, argv.first().map_or("", String::as_str))?
         };
+        // The tool started: what the agent applied for it must be what was asked.
+        let applied_gaps = applied::require(
+            applied::missing(&sent, vm.applied.as_ref()),
+            ctx.strictness,
+            Place::Vm,
+        )?;
         let mut receipt = Receipt::new(BackendKind::Microvm, ctx.strictness);
         let guest = GuestSeen {
             kernel: &vm.kernel,
@@ -279,6 +286,7 @@ impl MicrovmBackend {
             boot: vm.boot,
             restored: boot == Boot::Restored,
             pooled: from_pool,
+            memory_total: vm.applied.as_ref().and_then(|a| a.memory_total),
         };
         self.fill_receipt(&mut receipt, caps, &plan, &accel, &guest);
         grant_receipt(&mut receipt, caps, &prepared, &written_back);
@@ -301,7 +309,7 @@ impl MicrovmBackend {
             receipt.denials.extend(denials);
             receipt.network = Some(network);
         }
-        for (cap, reason) in plan.gaps {
+        for (cap, reason) in plan.gaps.into_iter().chain(applied_gaps) {
             receipt.gap(cap, reason);
         }
         let inner_ran = inner_result.is_some();
