@@ -48,6 +48,12 @@ pub use sandbox::{doctor, unix_time_ms, BackendChoice, Sandbox, SandboxBuilder};
 pub use sandbox_core::StdinSource;
 /// The names of every caps field in each dialect, and the generated JSON Schemas.
 pub use sandbox_core::{audit, names, schema, token};
+
+/// The `strata-helper` a binding ships in `package_dir`, or `$STRATA_HELPER` when set
+/// ([`sandbox_core::binary::packaged`]); `None` when neither is there.
+pub fn packaged_helper(package_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    sandbox_core::binary::packaged("strata-helper", "STRATA_HELPER", package_dir)
+}
 pub use sandbox_core::{
     backend, caps, error, grant, output, receipt, report, size, spec, tool, Access, Backend,
     BackendKind, BackendReport, ByteSize, CancelToken, Capability, Caps, Check, ContainerReceipt,

@@ -8,6 +8,7 @@
 // index.d.ts.
 
 const fs = require('node:fs')
+const path = require('node:path')
 const { addonPath, helperPath } = require('./platform.js')
 
 let native
@@ -263,9 +264,10 @@ function watchSignal(signal, cancel) {
   }
 }
 
+// $STRATA_HELPER, then the packaged copy (the rule lives in Rust); undefined when neither
+// is there, so the library's own search and error apply.
 function defaultHelper() {
-  if (process.env.STRATA_HELPER) return process.env.STRATA_HELPER
-  return fs.existsSync(helperPath) ? helperPath : undefined
+  return native.packagedHelper(path.dirname(helperPath)) ?? undefined
 }
 
 /** Runs tools in sandboxes. See index.d.ts. */

@@ -853,7 +853,7 @@ async fn run_async(
 /// Writes a run's CA files (all in one directory inside the container) to a private host
 /// directory and returns it with its read-only bind mount.
 fn trust_mount(
-    files: &[sandbox_os::backend_api::protocol::FileSpec],
+    files: &[sandbox_os::backend_api::egress::TrustFile],
 ) -> Result<(tempfile::TempDir, Mount)> {
     use std::os::unix::fs::PermissionsExt;
     let setup = |e: std::io::Error| Error::setup(SetupStage::Egress, "write the run's CA files", e);

@@ -38,6 +38,17 @@ pub fn locate(name: &str, env_var: &str, hint: &str) -> Result<PathBuf, String> 
         .ok_or_else(|| format!("{name} not found next to {} ({hint})", exe.display()))
 }
 
+/// The copy of `name` a package ships (a wheel's or an npm package's own binary): `$env_var`
+/// when set and not empty (returned as given: whoever runs it reports a bad path), else
+/// `package_dir/name` when that is an executable file, else `None`. Unlike [`locate`], the
+/// running executable's directory is not searched: in a binding it is the interpreter's.
+pub fn packaged(name: &str, env_var: &str, package_dir: &Path) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env_var).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    Some(package_dir.join(name)).filter(|path| is_executable_file(path))
+}
+
 /// Whether `path` is a regular file (symlinks followed) with an execute bit set.
 pub fn is_executable_file(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;

@@ -12,6 +12,11 @@
 //! `407` before anything else happens (a run's own listener takes only its run's
 //! credential).
 //!
+//! Backends do not drive the proxy directly: [`host::EgressHost`] is a backend's proxy on
+//! its own runtime thread, and [`host::RunEgress`] one run's registration (policy with the
+//! host's own addresses refused, budget, secrets, the tool's proxy variables and trust
+//! files, and the receipt at the end).
+//!
 //! Served today, on the same listeners (told apart by the first byte): HTTP
 //! `CONNECT host:port` and SOCKS5 `CONNECT` with names resolved by the proxy (`socks5h`),
 //! both as byte tunnels, and plain-HTTP proxying of absolute `http://` (and `https://`)

@@ -36,8 +36,8 @@ pub fn egress_host(backend: &ProcessBackend) -> std::result::Result<&egress::Egr
 /// Network allowlists: the host's proxy, a run's registration with it, and the listener
 /// inside a sandbox's network namespace that is the sandbox's only way out.
 pub mod egress {
-    pub use crate::egress_host::{EgressHost, RunEgress, PROXY_VARS};
     pub use crate::egress_link::{listener_in_namespace_of, proxy_addr, EGRESS_PORT};
+    pub use sandbox_egress::host::{EgressHost, RunEgress, TrustFile, PROXY_VARS};
 }
 
 /// What the host sends the helper ([`Spec`](protocol::Spec), [`Command`](protocol::Command))

@@ -26,13 +26,7 @@ use rustix::net::{
 /// The helper's end of the egress socket pair.
 pub const EGRESS_FD: RawFd = 4;
 
-/// The port of the proxy inside the sandbox, on `127.0.0.1`.
-pub const EGRESS_PORT: u16 = 3128;
-
-/// Where the tool reaches the proxy, inside its own network namespace.
-pub fn proxy_addr() -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::LOCALHOST, EGRESS_PORT))
-}
+pub use sandbox_egress::host::{proxy_addr, PROXY_PORT as EGRESS_PORT};
 
 /// Most descriptors one link message carries: the proxy's listener and the transparent
 /// ones.
@@ -169,10 +163,6 @@ pub fn listener_in_namespace_of(pid: u32) -> io::Result<TcpListener> {
         .join()
         .map_err(|_| io::Error::other("the network-namespace thread panicked"))?
 }
-
-/// Every address of the host's interfaces (the egress policy refuses names that resolve
-/// to one); shared with the wasm backend, so it lives in `sandbox-egress`.
-pub use sandbox_egress::host::host_addresses;
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,6 @@
 pub mod backend_api;
 mod cgroup;
 mod cgroup_cleanup;
-mod egress_host;
 mod egress_link;
 mod egress_transparent;
 mod fs_policy;
@@ -40,9 +39,10 @@ mod sys;
 pub mod tree_copy;
 pub mod workspace;
 
-pub use egress_host::{EgressHost, RunEgress, SharedListener};
 pub use helper::main as helper_main;
 pub use identity::IdRange;
 pub use pool::{PoolSize, PoolStats};
 pub use process::{find_helper, ProcessBackend, HELPER_NAME};
+pub use sandbox_egress::host::{EgressHost, RunEgress};
+pub use sandbox_egress::SharedListener;
 pub use workspace::Workspace;

@@ -10,7 +10,6 @@ use sandbox_core::{
 
 use crate::identity::{HostIds, IdRange, Registry};
 
-use crate::egress_host::{EgressHost, RunEgress};
 use crate::egress_transparent::{self, Transparent};
 use crate::outcome::finish;
 use crate::plan::{self, Facts, RealHost};
@@ -18,6 +17,7 @@ use crate::pool::{self, Pool, PoolSize, Warm};
 use crate::probe::HostProbe;
 use crate::protocol::{Command, Fault, FileSpec, NetMode, Spec};
 use crate::supervise;
+use sandbox_egress::host::{EgressHost, RunEgress};
 
 /// File name of the helper binary.
 pub const HELPER_NAME: &str = "strata-helper";
@@ -402,7 +402,13 @@ impl ProcessBackend {
         };
         if let Some((run_egress, _)) = &egress {
             run_egress.set_env(&mut command.env);
-            spec.files.extend(run_egress.trust_files());
+            spec.files
+                .extend(run_egress.trust_files().into_iter().map(|file| {
+                    crate::protocol::FileSpec {
+                        path: file.path,
+                        contents: file.contents,
+                    }
+                }));
             let etc_file_free = |spec: &Spec, path: &str| {
                 !spec
                     .run

@@ -453,6 +453,13 @@ pub fn doctor(helper: Option<String>) -> napi::Result<String> {
     serde_json::to_string(&report).map_err(|e| napi::Error::new(Status::GenericFailure, e))
 }
 
+/// `$STRATA_HELPER` when set, else the `strata-helper` in `package_dir` when it is an
+/// executable file, else `undefined` ([`strata::packaged_helper`]).
+#[napi]
+pub fn packaged_helper(package_dir: String) -> Option<String> {
+    strata::packaged_helper(std::path::Path::new(&package_dir)).map(|p| p.display().to_string())
+}
+
 /// The version of the native addon (the `strata` crate's version).
 #[napi]
 pub fn version() -> &'static str {

@@ -27,6 +27,13 @@ mod workspace;
 use pyo3::prelude::*;
 
 /// The native module. See the `strata` package for the public API.
+/// `$STRATA_HELPER` when set, else the `strata-helper` in `package_dir` when it is an
+/// executable file, else `None` ([`strata::packaged_helper`]).
+#[pyfunction]
+fn packaged_helper(package_dir: std::path::PathBuf) -> Option<String> {
+    strata::packaged_helper(&package_dir).map(|path| path.display().to_string())
+}
+
 #[pymodule]
 fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -39,6 +46,7 @@ fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sandbox::PySandbox>()?;
     m.add_class::<sandbox::PyRunHandle>()?;
     m.add_class::<session::PySession>()?;
+    m.add_function(wrap_pyfunction!(packaged_helper, m)?)?;
     m.add_function(wrap_pyfunction!(policy::tier_preset, m)?)?;
     m.add_function(wrap_pyfunction!(policy::verify_audit, m)?)?;
     m.add_class::<messages::PyAgentDirectory>()?;

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use sandbox_core::receipt::{Denial, NetworkReceipt};
 use sandbox_core::{Capability, Caps, Error, Mechanism, Net, Receipt, Result, Strictness};
-use sandbox_os::{EgressHost, RunEgress, SharedListener};
+use sandbox_egress::host::{EgressHost, RunEgress};
+use sandbox_egress::SharedListener;
 
 use super::TemplateSeen;
 use crate::render::EgressProxy;

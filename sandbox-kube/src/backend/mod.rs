@@ -626,13 +626,17 @@ impl ClusterBackend {
             None => session::exit_status(&vm.ending, tool_program(tool).as_str())?,
         };
         // The tool started: what the pod's agent applied for it must be what was asked.
-        let applied_gaps = applied::require(
-            applied::missing(&request, vm.applied.as_ref()),
-            ctx.strictness,
-            Place::Pod,
-        )?;
+        let mut missing = applied::missing(&request, vm.applied.as_ref());
+        missing.extend(template::memory_not_applied(&seen, vm.applied.as_ref()));
+        let applied_gaps = applied::require(missing, ctx.strictness, Place::Pod)?;
         let mut receipt = Receipt::new(BackendKind::Cluster, ctx.strictness);
-        template::fill_receipt(&mut receipt, &seen, caps, inner.is_some());
+        template::fill_receipt(
+            &mut receipt,
+            &seen,
+            caps,
+            inner.is_some(),
+            vm.applied.as_ref(),
+        );
         let peer = egress.as_ref().map(|e| e.peer().to_string());
         if let Some(egress) = egress {
             egress.finish(&mut receipt);

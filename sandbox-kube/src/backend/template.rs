@@ -214,7 +214,21 @@ pub(crate) fn check_limits(
 /// What the cluster and the pod's agent enforced, from the template and the caps.
 /// `layered`: the tool ran under Strata's process backend inside the pod, whose own receipt
 /// (merged after this) states the per-process limits, the filter and the rules.
-pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Caps, layered: bool) {
+/// `applied` is what the pod's agent read back once the tool started: the memory and pids
+/// lines say what the pod's own cgroup reports, not only what the template asks.
+pub(crate) fn fill_receipt(
+    receipt: &mut Receipt,
+    seen: &TemplateSeen,
+    caps: &Caps,
+    layered: bool,
+    applied: Option<&sandbox_agent::protocol::Applied>,
+) {
+    let read_back = |value: Option<u64>, file: &str, unit: &str| match value {
+        Some(v) => format!("; the pod's cgroup reads {file} {v}{unit}"),
+        None => format!("; {file} was not read back (no cgroup v2 limit visible to the agent)"),
+    };
+    let memory_max = applied.and_then(|a| a.cgroup_memory_max);
+    let pids_max = applied.and_then(|a| a.cgroup_pids_max);
     let template = &seen.template;
     match seen.runtime_class.as_deref() {
         Some(class) => receipt.enforce(
@@ -270,7 +284,10 @@ pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Ca
             Capability::Memory,
             Mechanism::Cluster,
             "pod memory limit",
-            format!("{memory} bytes for the pod"),
+            format!(
+                "{memory} bytes for the pod{}",
+                read_back(memory_max, "memory.max", " bytes")
+            ),
         );
     }
     if let Some(cpu) = seen.cpu_millis {
@@ -343,10 +360,27 @@ pub(crate) fn fill_receipt(receipt: &mut Receipt, seen: &TemplateSeen, caps: &Ca
     receipt.gap(
         Capability::Pids,
         format!(
-            "limits.processes ({}) is not applied in the pod; the node's pod PID limit applies",
-            limits.processes
+            "limits.processes ({}) is not applied in the pod; the node's pod PID limit applies{}",
+            limits.processes,
+            read_back(pids_max, "pids.max", "")
         ),
     );
+}
+
+/// A memory limit the pod's cgroup reads back looser than the template's: the receipt's
+/// memory line would not hold, so it is missing (withheld under strict).
+pub(crate) fn memory_not_applied(
+    seen: &TemplateSeen,
+    applied: Option<&sandbox_agent::protocol::Applied>,
+) -> Option<(Capability, String)> {
+    let asked = seen.memory?;
+    let read = applied?.cgroup_memory_max?;
+    (read > asked).then(|| {
+        (
+            Capability::Memory,
+            format!("the template limits the pod to {asked} bytes, but its cgroup reads memory.max {read}"),
+        )
+    })
 }
 
 fn boundary(class: &str) -> String {
@@ -374,5 +408,33 @@ mod tests {
         assert_eq!(millicores("500m"), Some(500));
         assert_eq!(millicores("2"), Some(2000));
         assert_eq!(millicores("0.25"), Some(250));
+    }
+
+    #[test]
+    fn a_pod_cgroup_looser_than_its_template_does_not_back_the_memory_line() {
+        let seen = TemplateSeen {
+            template: "t".into(),
+            runtime_class: None,
+            memory: Some(512 << 20),
+            cpu_millis: None,
+            disk: None,
+            hardening: Vec::new(),
+            egress: None,
+            proxy: None,
+            ingress_rules: 0,
+        };
+        let read = |max| sandbox_agent::protocol::Applied {
+            cgroup_memory_max: max,
+            ..Default::default()
+        };
+        assert_eq!(
+            memory_not_applied(&seen, Some(&read(Some(512 << 20)))),
+            None
+        );
+        assert_eq!(memory_not_applied(&seen, Some(&read(None))), None);
+        let (cap, why) =
+            memory_not_applied(&seen, Some(&read(Some(1 << 30)))).expect("looser limit found");
+        assert_eq!(cap, Capability::Memory);
+        assert!(why.contains("memory.max 1073741824"), "{why}");
     }
 }

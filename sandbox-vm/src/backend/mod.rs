@@ -267,7 +267,7 @@ impl MicrovmBackend {
             caps,
             &RealHost,
         )?;
-        let plan = plan(&spec.caps, Strictness::BestEffort, layered)?;
+        let plan = plan(&spec.caps, Strictness::BestEffort)?.with_layers(&spec.caps, layered)?;
         let shape = Shape {
             memory_mib: plan.memory_mib,
             vcpus: plan.vcpus,

@@ -50,7 +50,9 @@ pub(super) struct Plan {
     pub(super) gaps: Vec<(Capability, String)>,
 }
 
-pub(super) fn plan(caps: &Caps, strictness: Strictness, layered: bool) -> Result<Plan> {
+/// What any guest needs for `caps`, with the layer inside assumed (see [`Plan::with_layers`]):
+/// requests no guest could honour are refused here, before the guest is even looked for.
+pub(super) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
     let mut gaps = Vec::new();
     let unenforceable =
         |guarantee: &str, reason: String, gaps: &mut Vec<(Capability, String)>, cap: Capability| {
@@ -72,16 +74,6 @@ pub(super) fn plan(caps: &Caps, strictness: Strictness, layered: bool) -> Result
         return Err(Error::unenforceable(
             "net: microvm secrets",
             "secrets need the run's interception CA in the guest's trust store, which the microvm backend does not install yet",
-        ));
-    }
-    if caps.container.is_some() && !layered {
-        return Err(Error::unavailable(
-            BackendKind::Microvm,
-            format!(
-                "images run with the native container runtime inside the guest, which needs the guest tools ({} next to {})",
-                crate::artifacts::INNER_TOOLS.join(" and "),
-                crate::artifacts::AGENT_NAME
-            ),
         ));
     }
     let asked = caps.limits.memory.bytes() / ByteSize::mib(1).bytes();
@@ -109,33 +101,54 @@ pub(super) fn plan(caps: &Caps, strictness: Strictness, layered: bool) -> Result
             Capability::Cpu,
         )?;
     }
-    if !layered {
-        gaps.push((
+    Ok(Plan {
+        memory_mib: memory_mib + LAYER_OVERHEAD_MIB,
+        tool_mib: memory_mib,
+        layered: true,
+        vcpus,
+        gaps,
+    })
+}
+
+impl Plan {
+    /// The plan for a guest with (`layered`) or without the layer inside: without it, an
+    /// image cannot run, the guest RAM is the tool's, and the pids limit is a gap.
+    pub(super) fn with_layers(mut self, caps: &Caps, layered: bool) -> Result<Plan> {
+        if layered {
+            return Ok(self);
+        }
+        if caps.container.is_some() {
+            return Err(Error::unavailable(
+                BackendKind::Microvm,
+                format!(
+                    "images run with the native container runtime inside the guest, which needs the guest tools ({} next to {})",
+                    crate::artifacts::INNER_TOOLS.join(" and "),
+                    crate::artifacts::AGENT_NAME
+                ),
+            ));
+        }
+        self.memory_mib = self.tool_mib;
+        self.layered = false;
+        self.gaps.push((
             Capability::Pids,
             format!(
                 "limits.processes ({}) is not applied in the guest (the tool runs as the guest's root, without the sandbox inside the guest); its processes are bounded by guest RAM and die with the VM",
                 caps.limits.processes
             ),
         ));
+        Ok(self)
     }
-    Ok(Plan {
-        memory_mib: memory_mib + if layered { LAYER_OVERHEAD_MIB } else { 0 },
-        tool_mib: memory_mib,
-        layered,
-        vcpus,
-        gaps,
-    })
 }
 
 impl MicrovmBackend {
     pub(super) fn run_tool(&self, tool: &Tool, caps: &Caps, ctx: &RunContext) -> Result<RunOutput> {
         let started = Instant::now();
         // Requests no guest could honour are refused before the guest is even looked for.
-        plan(caps, ctx.strictness, true)?;
+        let plan = plan(caps, ctx.strictness)?;
         let artifacts = self.artifacts()?;
         let layered = self.layers && artifacts.inner.is_some();
         let argv = argv_for(tool, layered)?;
-        let plan = plan(caps, ctx.strictness, layered)?;
+        let plan = plan.with_layers(caps, layered)?;
         let accel = self.accel()?;
         if self.require_hardware && accel.accel != Accel::Kvm {
             return Err(Error::unenforceable(

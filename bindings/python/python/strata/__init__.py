@@ -117,9 +117,9 @@ def bundled_helper() -> Optional[Path]:
 
 
 def _default_helper() -> str:
-    # Same precedence as the Rust library: an explicit path, then $STRATA_HELPER, then the
-    # copy installed next to the code (here: inside the wheel).
-    return os.environ.get("STRATA_HELPER") or str(_BUNDLED_HELPER)
+    # $STRATA_HELPER, then the copy inside the wheel (the rule lives in Rust); when neither
+    # is there, the wheel's path anyway, so the error names where the helper was expected.
+    return _strata.packaged_helper(str(_BUNDLED_HELPER.parent)) or str(_BUNDLED_HELPER)
 
 
 #: What ``_await_run`` starts: ``start(done, on_stdout, on_stderr)`` returns a handle.

@@ -1,20 +1,40 @@
-//! The host side of a run under a network allowlist: one egress proxy per
-//! [`crate::ProcessBackend`], started on first use on its own runtime thread
-//! (`strata-egress`), and each run's registration with it.
+//! The host side of a run under a network allowlist: one egress proxy per backend
+//! (process, container engine, microVM, cluster), started on first use on its own runtime
+//! thread (`strata-egress`), and each run's registration with it; and the host's own
+//! addresses ([`host_addresses`]), which a policy refuses unless a rule names them.
+
+mod addresses;
 
 use sandbox_core::SetupStage;
 use std::io;
-use std::net::TcpListener;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::PathBuf;
 
+pub use addresses::host_addresses;
 use sandbox_core::caps::Secret;
 use sandbox_core::receipt::{Denial, NetworkReceipt};
 use sandbox_core::{EgressPolicy, Error, Limits, Net, Result};
-use sandbox_egress::secrets::BoundSecret;
-pub use sandbox_egress::SharedListener;
-use sandbox_egress::{Attached, Budget, EgressProxy, RunGrant};
 
-use crate::egress_link;
-use crate::protocol::FileSpec;
+use crate::secrets::BoundSecret;
+use crate::{Attached, Budget, EgressProxy, RunGrant, SharedListener};
+
+/// The port of the proxy inside a sandbox's own network namespace, on `127.0.0.1`.
+pub const PROXY_PORT: u16 = 3128;
+
+/// Where a tool reaches the proxy, inside its own network namespace.
+pub fn proxy_addr() -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, PROXY_PORT))
+}
+
+/// A file a run with secrets needs inside its sandbox (its CA, the trust bundle); the
+/// backend writes it there read-only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustFile {
+    /// Absolute path inside the sandbox.
+    pub path: PathBuf,
+    /// Contents (PEM).
+    pub contents: String,
+}
 
 /// Where a run with secrets finds its CA certificate inside the sandbox.
 pub const CA_FILE: &str = "/etc/strata/egress-ca.pem";
@@ -120,7 +140,7 @@ impl RunEgress {
                 io::Error::other("the run has no allowlist"),
             ));
         };
-        let own = egress_link::host_addresses().map_err(|e| {
+        let own = host_addresses().map_err(|e| {
             Error::setup(
                 SetupStage::Egress,
                 "list the host's addresses for the egress policy",
@@ -168,7 +188,7 @@ impl RunEgress {
             let key = entry.split('=').next().unwrap_or_default();
             !PROXY_VARS.contains(&key)
         });
-        let url = self.grant.proxy_url(egress_link::proxy_addr());
+        let url = self.grant.proxy_url(proxy_addr());
         env.extend(PROXY_VARS.iter().map(|key| format!("{key}={url}")));
         for (key, placeholder) in &self.placeholders {
             env.retain(|entry| entry.split('=').next() != Some(key.as_str()));
@@ -192,7 +212,7 @@ impl RunEgress {
 
     /// With secrets: the run's CA certificate and a bundle of it with the host's trusted
     /// roots, written into the sandbox at [`CA_FILE`] and [`CA_BUNDLE`]. Empty otherwise.
-    pub fn trust_files(&self) -> Vec<FileSpec> {
+    pub fn trust_files(&self) -> Vec<TrustFile> {
         let Some(ca) = self.grant.ca_pem() else {
             return Vec::new();
         };
@@ -202,11 +222,11 @@ impl RunEgress {
         }
         bundle.push_str(ca);
         vec![
-            FileSpec {
+            TrustFile {
                 path: CA_FILE.into(),
                 contents: ca.to_string(),
             },
-            FileSpec {
+            TrustFile {
                 path: CA_BUNDLE.into(),
                 contents: bundle,
             },
@@ -274,7 +294,7 @@ impl RunEgress {
 
     /// Stops serving the run and returns its decisions, and a denial for each refusal.
     pub fn finish(self) -> (NetworkReceipt, Vec<Denial>) {
-        self.finish_as(egress_link::proxy_addr().to_string())
+        self.finish_as(proxy_addr().to_string())
     }
 
     /// Like [`RunEgress::finish`], naming the enforcer as `enforcer` in the receipt.
@@ -284,7 +304,7 @@ impl RunEgress {
         let receipt = self
             .grant
             .receipt(enforcer, std::mem::take(&mut self.rules));
-        let denials = sandbox_egress::denials(&receipt);
+        let denials = crate::denials(&receipt);
         (receipt, denials)
     }
 }

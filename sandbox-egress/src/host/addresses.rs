@@ -1,6 +1,6 @@
 //! The host's own addresses, which the egress policy refuses unless a rule names one
-//! exactly ([`sandbox_core::EgressPolicy::with_host_addrs`]). The only unsafe code of this
-//! crate: one `getifaddrs` walk.
+//! exactly ([`sandbox_core::EgressPolicy::with_host_addrs`]). One `getifaddrs` walk, the
+//! only unsafe code of this crate.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
