@@ -37,6 +37,8 @@
 #![forbid(unsafe_code)]
 
 mod grants;
+#[cfg(feature = "process")]
+pub mod live;
 pub mod profile;
 mod sandbox;
 #[cfg(feature = "process")]

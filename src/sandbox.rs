@@ -362,6 +362,18 @@ impl Sandbox {
         self.inner.choice
     }
 
+    /// The helper given to the builder, if any.
+    #[cfg(feature = "process")]
+    pub(crate) fn helper_path(&self) -> Option<&std::path::Path> {
+        self.inner.helper.as_deref()
+    }
+
+    /// Whether a tier, an approver or an audit log is configured.
+    #[cfg(feature = "process")]
+    pub(crate) fn has_policy(&self) -> bool {
+        self.inner.tier.is_some() || self.inner.approver.is_some() || self.inner.audit.is_some()
+    }
+
     /// The configured strictness.
     pub fn strictness(&self) -> Strictness {
         self.inner.strictness

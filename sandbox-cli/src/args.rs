@@ -37,6 +37,108 @@ pub enum Command {
     /// Kubernetes (kubernetes-sigs/agent-sandbox): the objects a tier or profile becomes.
     #[command(subcommand)]
     Kube(KubeCommand),
+    #[command(flatten)]
+    Live(LiveCommand),
+}
+
+/// Live sandboxes: `strata start`, then `exec`, `ps`, `logs`, `kill`, `stop`, `ls`.
+#[derive(Debug, Subcommand)]
+pub enum LiveCommand {
+    /// Start a live sandbox (default backend: process) with the caps of `strata run`'s
+    /// flags, print its id and return; it stays up until `strata stop ID`, its --ttl or
+    /// --idle-ttl. Exec into it with `strata exec ID -- PROGRAM`.
+    Start(Box<StartArgs>),
+    /// Run a program in a live sandbox: in the foreground (its output streams, strata exits
+    /// with its code, 124 after --timeout) or with --detach (prints its pid).
+    Exec(ExecArgs),
+    /// List a live sandbox's processes (the pid is the last word of each line).
+    Ps {
+        /// The sandbox's id or name.
+        id: String,
+        /// Print JSON: [{pid, argv, state: running|exited, exit_code, signal, timed_out}].
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a process's kept output (the last 1 MiB); with --follow, until it exits.
+    Logs {
+        /// The sandbox's id or name.
+        id: String,
+        /// The process.
+        pid: i32,
+        /// Keep printing until the process exits.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Send a signal (default TERM) to a process of a live sandbox and its process group.
+    Kill {
+        /// The sandbox's id or name.
+        id: String,
+        /// The process.
+        pid: i32,
+        /// A name (TERM, KILL, INT, HUP, ...) or number.
+        #[arg(long, default_value = "TERM")]
+        signal: String,
+    },
+    /// End a live sandbox: every process (also those that left with setsid), its
+    /// namespaces, cgroup and state. Returns once all of it is gone.
+    Stop {
+        /// The sandbox's id or name.
+        id: String,
+    },
+    /// List your live sandboxes.
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `strata start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// The caps, as for `strata run` (no program).
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// End the sandbox this many seconds after it started.
+    #[arg(long, value_name = "SECONDS")]
+    pub ttl: Option<f64>,
+    /// End the sandbox after this many seconds without a client request.
+    #[arg(long = "idle-ttl", value_name = "SECONDS")]
+    pub idle_ttl: Option<f64>,
+    /// A name to use instead of the id (unique among your live sandboxes).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+/// `strata exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The sandbox's id or name.
+    pub id: String,
+    /// Start it in the background and print its pid (see `strata ps`, `logs`, `kill`).
+    #[arg(long)]
+    pub detach: bool,
+    /// Run it on a terminal.
+    #[arg(long)]
+    pub tty: bool,
+    /// Set a variable for this exec (KEY=VALUE; repeatable).
+    #[arg(long, value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Working directory inside the sandbox.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Kill the exec's process group after this many seconds (exit code 124).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+    /// Stream this process's standard input to the program.
+    #[arg(long)]
+    pub stdin: bool,
+    /// Print one JSON object: pid, exit_code, signal, timed_out, stdout, stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    pub command: Vec<String>,
 }
 
 /// `strata kube ...`.
@@ -312,7 +414,7 @@ pub struct RunArgs {
     #[arg(long = "result-file", value_name = "FILE")]
     pub result_file: Option<PathBuf>,
     /// The program and its arguments (or the script source).
-    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    #[arg(last = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
 }
 
@@ -412,6 +514,11 @@ fn seconds(flag: &str, value: f64) -> Result<Duration> {
 impl RunArgs {
     /// Validates the arguments and builds the request. Nothing runs here.
     pub fn into_request(self) -> Result<Request> {
+        if self.command.is_empty() {
+            return Err(Error::invalid(
+                "no program: give it after --, e.g. strata run -- echo hi",
+            ));
+        }
         let profile = self
             .profile
             .as_deref()
@@ -702,9 +809,11 @@ mod tests {
             .map_err(|e| Error::invalid(e.to_string()))?;
         match cli.command {
             Command::Run(run) => run.into_request(),
-            Command::Doctor { .. } | Command::Audit(_) | Command::Mcp(_) | Command::Kube(_) => {
-                Err(Error::invalid("not run"))
-            }
+            Command::Doctor { .. }
+            | Command::Audit(_)
+            | Command::Mcp(_)
+            | Command::Kube(_)
+            | Command::Live(_) => Err(Error::invalid("not run")),
         }
     }
 

@@ -12,6 +12,7 @@ mod approve;
 mod args;
 #[cfg(feature = "kube")]
 mod kube;
+mod live;
 #[cfg(feature = "mcp")]
 mod mcp;
 mod sanitize;
@@ -75,6 +76,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Audit(AuditCommand::Verify { file, head }) => audit_verify(&file, head.as_deref()),
+        Command::Live(command) => live::main(command),
         #[cfg(feature = "mcp")]
         Command::Mcp(args) => mcp::main(args),
         #[cfg(not(feature = "mcp"))]

@@ -41,6 +41,10 @@ const CAP_FOWNER: u32 = 3;
 /// The fd on which the helper receives its control socket.
 pub const CONTROL_FD: RawFd = 3;
 
+/// The fd on which the helper of a live sandbox receives init's channel (see
+/// [`crate::live`]); fd 4 is the egress link or unused.
+pub const LIVE_FD: RawFd = 5;
+
 /// How long building a sandbox (after the command arrived) may take before the run is
 /// refused; the tool's own timeout starts when it is executed.
 pub const SETUP_DEADLINE: Duration = Duration::from_secs(30);
@@ -84,7 +88,7 @@ fn setup_failed(
 fn supervise() -> i32 {
     // Nothing of the embedder's fd table survives: only stdio, the control socket and
     // (for a run under an allowlist) the egress link, which is closed below otherwise.
-    if sys::close_fds_from(EGRESS_FD + 1).is_err() {
+    if sys::close_fds_from(LIVE_FD + 1).is_err() {
         return 3;
     }
     // SAFETY: the host dup2'ed the control socket onto fd 3 for us and nothing else owns it.
@@ -105,6 +109,19 @@ fn supervise() -> i32 {
         return 0;
     }
     sys::ignore_signal(libc::SIGPIPE);
+    let live = match take_fd(LIVE_FD) {
+        Some(channel) if spec.live => Some(channel),
+        None if spec.live => {
+            let err = io::Error::new(io::ErrorKind::NotFound, "no live channel (fd 5)");
+            send(
+                &control,
+                &setup_failed(SetupStage::Processes, "find the live channel", &err, None),
+            );
+            return 0;
+        }
+        // Not a live sandbox: a stray fd 5 of the embedder is closed unused.
+        _ => None,
+    };
     let host_ids = sys::ids();
     // The supervisor and init are outside the tool's reach; when the run's memory limit is
     // hit, the OOM killer must pick the tool (which raises its own score before exec).
@@ -164,7 +181,7 @@ fn supervise() -> i32 {
     let init = match sys::fork() {
         Ok(sys::Fork::Child) => {
             drop((status_r, go_w, control));
-            init_main(&spec, &maps, status_w, go_r)
+            init_main(&spec, &maps, status_w, go_r, live)
         }
         Ok(sys::Fork::Parent(pid)) => pid,
         Err(e) => {
@@ -175,7 +192,7 @@ fn supervise() -> i32 {
             return 0;
         }
     };
-    drop((status_w, go_r));
+    drop((status_w, go_r, live));
     // Only init and the tool use the run's stdio: without the supervisor's copies, the
     // host sees end of file on the output as soon as the tool's processes are gone.
     sys::close_stdio();
@@ -600,7 +617,7 @@ fn write_frame_fd<T: serde::Serialize>(fd: &OwnedFd, value: &T) -> io::Result<()
 }
 
 /// Reads one frame from a blocking pipe; `None` on end of file.
-fn read_frame_fd<T: for<'de> serde::Deserialize<'de>>(fd: &OwnedFd) -> Option<T> {
+pub(crate) fn read_frame_fd<T: for<'de> serde::Deserialize<'de>>(fd: &OwnedFd) -> Option<T> {
     let mut frames = FrameBuffer::default();
     let mut buf = [0u8; 4096];
     loop {
@@ -616,8 +633,8 @@ fn read_frame_fd<T: for<'de> serde::Deserialize<'de>>(fd: &OwnedFd) -> Option<T>
     }
 }
 
-fn init_main(spec: &Spec, maps: &IdMaps, status: OwnedFd, go: OwnedFd) -> ! {
-    if let Err(event) = init_run(spec, maps, &status, &go) {
+fn init_main(spec: &Spec, maps: &IdMaps, status: OwnedFd, go: OwnedFd, live: Option<OwnedFd>) -> ! {
+    if let Err(event) = init_run(spec, maps, &status, &go, live) {
         let _ = write_frame_fd(&status, &event);
     }
     sys::exit_now(0)
@@ -633,7 +650,13 @@ fn unenforceable(stage: SetupStage, step: &str, message: String, guarantee: &str
     }
 }
 
-fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Result<(), Event> {
+fn init_run(
+    spec: &Spec,
+    maps: &IdMaps,
+    status: &OwnedFd,
+    go: &OwnedFd,
+    live: Option<OwnedFd>,
+) -> Result<(), Event> {
     // If the supervisor dies (host SIGKILLed it), init dies, and with it the namespace.
     sys::set_parent_death_signal(libc::SIGKILL)
         .map_err(|e| setup_failed(SetupStage::Processes, "parent death signal", &e, None))?;
@@ -797,6 +820,26 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
         },
     );
 
+    if let Some(channel) = live {
+        // A live sandbox: init keeps none of the helper's stdio (each exec brings its
+        // own), serves execs until the host closes the channel, then ends everything.
+        sys::close_stdio();
+        crate::live::init::serve(spec, &channel);
+        let all = sys::children_usage();
+        let _ = write_frame_fd(
+            status,
+            &Event::Exited {
+                wait_status: None,
+                killed: None,
+                user_cpu_us: all.user_us,
+                system_cpu_us: all.system_us,
+                max_rss_bytes: all.max_rss,
+                scratch_full: false,
+            },
+        );
+        return Ok(());
+    }
+
     // Wait for the one command this sandbox will run.
     let Some(command) = read_frame_fd::<Command>(go) else {
         return Ok(()); // the host went away before using this sandbox
@@ -809,7 +852,7 @@ fn init_run(spec: &Spec, maps: &IdMaps, status: &OwnedFd, go: &OwnedFd) -> Resul
     {
         sys::Fork::Child => {
             drop(exec_r);
-            tool_main(spec, &command, exec_w)
+            tool_main(spec, &command, spec.workdir(), exec_w)
         }
         sys::Fork::Parent(pid) => pid,
     };
@@ -873,7 +916,9 @@ fn namespaces(spec: &Spec) -> Vec<String> {
     ns.into_iter().map(String::from).collect()
 }
 
-fn tool_main(spec: &Spec, command: &Command, exec_w: OwnedFd) -> ! {
+/// In the forked tool: sets its session, signals, rlimits and `workdir`, and executes
+/// `command`; reports an `execve` failure on `exec_w`.
+pub(crate) fn tool_main(spec: &Spec, command: &Command, workdir: &Path, exec_w: OwnedFd) -> ! {
     let fail = |program: &str, err: io::Error| -> ! {
         let _ = write_frame_fd(
             &exec_w,
@@ -902,8 +947,8 @@ fn tool_main(spec: &Spec, command: &Command, exec_w: OwnedFd) -> ! {
             fail(&command.program, e);
         }
     }
-    if let Err(e) = std::env::set_current_dir(spec.workdir()) {
-        fail(&format!("(workdir {})", spec.workdir().display()), e);
+    if let Err(e) = std::env::set_current_dir(workdir) {
+        fail(&format!("(workdir {})", workdir.display()), e);
     }
     let path = match resolve_program(&command.program, &command.env) {
         Ok(path) => path,

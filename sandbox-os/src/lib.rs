@@ -23,6 +23,7 @@ mod egress_transparent;
 mod fs_policy;
 mod helper;
 mod identity;
+pub mod live;
 mod outcome;
 mod plan;
 mod pool;

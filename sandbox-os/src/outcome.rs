@@ -25,6 +25,56 @@ fn os_error(errno: i32, message: &str) -> io::Error {
     }
 }
 
+/// The error a helper's report stands for: a setup failure (unenforceable when it says a
+/// guarantee is missing) or a program that could not be executed; anything else reported
+/// before the sandbox was ready is internal.
+pub(crate) fn refusal(event: Event) -> Error {
+    match event {
+        Event::SetupFailed {
+            stage,
+            step,
+            errno,
+            message,
+            unenforceable,
+        } => match unenforceable {
+            Some(guarantee) => {
+                Error::unenforceable(guarantee, format!("{stage}: {step}: {message}"))
+            }
+            None => Error::setup(stage, step, os_error(errno, &message)),
+        },
+        Event::ExecFailed { program, errno } => Error::Exec {
+            program,
+            source: io::Error::from_raw_os_error(errno),
+        },
+        other => Error::Internal {
+            message: format!("the helper reported {other:?} before the sandbox was ready"),
+            source: None,
+        },
+    }
+}
+
+/// A live sandbox's receipt: what the helper reports it enforced (checked against the spec
+/// like a run's) and the limits its cgroup holds, for every exec of the sandbox's life. The
+/// wall-clock and output lines of a run are replaced by the supervisor's (its TTLs, its
+/// output rings), which the caller adds.
+pub(crate) fn live_receipt(
+    enforced: &Enforced,
+    spec: &Spec,
+    command: &Command,
+    pre: &Preflight,
+    applied: cgroup::Applied,
+    strictness: Strictness,
+    identity: IdentitySource,
+) -> Result<sandbox_core::Receipt> {
+    check_enforced(enforced, spec)?;
+    let mut receipt = receipt(spec, command, enforced, pre, applied, strictness);
+    receipt.identity = identity_receipt(enforced, spec.run.agent.as_deref(), identity);
+    receipt
+        .enforced
+        .retain(|e| !matches!(e.capability, Capability::Wall | Capability::Output));
+    Ok(receipt)
+}
+
 pub(crate) fn finish(
     outcome: Outcome,
     spec: &Spec,
@@ -39,25 +89,8 @@ pub(crate) fn finish(
     let mut exited = None;
     for event in outcome.events {
         match event {
-            Event::SetupFailed {
-                stage,
-                step,
-                errno,
-                message,
-                unenforceable,
-            } => {
-                return Err(match unenforceable {
-                    Some(guarantee) => {
-                        Error::unenforceable(guarantee, format!("{stage}: {step}: {message}"))
-                    }
-                    None => Error::setup(stage, step, os_error(errno, &message)),
-                })
-            }
-            Event::ExecFailed { program, errno } => {
-                return Err(Error::Exec {
-                    program,
-                    source: io::Error::from_raw_os_error(errno),
-                })
+            refused @ (Event::SetupFailed { .. } | Event::ExecFailed { .. }) => {
+                return Err(refusal(refused))
             }
             Event::Ready { enforced: e } => enforced = Some(*e),
             Event::Started => started = true,

@@ -206,6 +206,7 @@ pub fn plan(
         cgroup_procs: Vec::new(),
         fault: None,
         image: None,
+        live: false,
     };
     Ok((spec, command))
 }

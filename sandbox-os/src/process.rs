@@ -369,67 +369,19 @@ impl ProcessBackend {
         ctx: &RunContext,
         adjust: &dyn Fn(&mut Spec, &mut Command) -> Result<()>,
     ) -> Result<RunOutput> {
-        // The spec was validated (once) and its grants resolved before anything about this
-        // host is probed: bad input is an InvalidRequest on every host.
-        run.require_kind(BackendKind::Process)?;
         let caps = &run.caps;
-        let run = run.detached();
-        if let Some(err) = self.unavailable() {
-            return Err(err);
-        }
+        let Planned {
+            spec,
+            command,
+            pre,
+            identity,
+            mut egress,
+            transparent,
+        } = self.plan_sandbox(tool, run, ctx, adjust)?;
+        let host = self.host();
         let helper = self
             .helper()
             .ok_or_else(|| Error::unavailable(BackendKind::Process, "no helper"))?;
-        let host = self.host();
-        let mut pre = preflight(host, ctx.strictness)?;
-        let identity = self.identity(run.agent.as_deref(), ctx.strictness, &mut pre.gaps)?;
-        pre.facts.mapped_identity = !matches!(identity, Identity::Embedder);
-        let (mut spec, mut command) = plan::plan(tool, run, &pre.facts, &RealHost)?;
-        match &identity {
-            Identity::Agent(ids) => spec.host_ids = Some(*ids),
-            Identity::Fresh(_) => spec.fresh_ids = true,
-            Identity::Embedder => {}
-        }
-        spec.landlock = host.landlock_abi > 0;
-        spec.require_landlock = ctx.strictness == Strictness::Strict;
-        spec.fault = self.fault.filter(|f| *f != Fault::Cgroup);
-        adjust(&mut spec, &mut command)?;
-        let mut egress =
-            self.egress_for(&mut spec, &caps.secrets, ctx.strictness, &mut pre.gaps)?;
-        let transparent = match (&egress, &spec.run.net, &spec.image) {
-            (Some(_), Net::Allow(rules), None) => Transparent::plan(rules),
-            _ => Transparent::default(),
-        };
-        if let Some((run_egress, _)) = &egress {
-            run_egress.set_env(&mut command.env);
-            spec.files
-                .extend(run_egress.trust_files().into_iter().map(|file| {
-                    crate::protocol::FileSpec {
-                        path: file.path,
-                        contents: file.contents,
-                    }
-                }));
-            let etc_file_free = |spec: &Spec, path: &str| {
-                !spec
-                    .run
-                    .mounts
-                    .iter()
-                    .any(|m| Path::new(path).starts_with(&m.target))
-                    && !spec.files.iter().any(|f| f.path == Path::new(path))
-            };
-            if !transparent.is_empty() && etc_file_free(&spec, "/etc/hosts") {
-                spec.files.push(FileSpec {
-                    path: "/etc/hosts".into(),
-                    contents: transparent.hosts_file(),
-                });
-                if etc_file_free(&spec, "/etc/nsswitch.conf") {
-                    spec.files.push(FileSpec {
-                        path: "/etc/nsswitch.conf".into(),
-                        contents: egress_transparent::NSSWITCH.into(),
-                    });
-                }
-            }
-        }
         let layout = host.cgroup.as_ref().ok();
         let registry = match &identity {
             Identity::Fresh(registry) => Some(Arc::clone(registry)),
@@ -470,15 +422,7 @@ impl ProcessBackend {
             mut prepared,
             cgroup,
         } = warm;
-        if let Some((run_egress, host)) = &mut egress {
-            // `None`: the helper's setup failed before it got there; the run reports why.
-            let listeners =
-                prepared.take_egress_listeners(EGRESS_LISTENER_WAIT, &transparent.ports)?;
-            if let Some(listeners) = listeners {
-                run_egress.attach(host, listeners.proxy)?;
-                run_egress.attach_transparent(host, listeners.transparent, &transparent.names)?;
-            }
-        }
+        attach_egress(&mut prepared, &mut egress, &transparent)?;
         let usage = || cgroup.as_ref().and_then(|cg| cg.cpu_usage_us());
         let limits = &spec.run.limits;
         let cpu_watch = cgroup
@@ -532,34 +476,7 @@ impl ProcessBackend {
             identity.source(),
         )?;
         if let Some((run_egress, _)) = egress {
-            if !transparent.is_empty() {
-                let names: Vec<&str> = transparent.names.iter().map(|(_, n)| n.as_str()).collect();
-                let ports: Vec<String> = transparent.ports.iter().map(u16::to_string).collect();
-                output.receipt.enforce(
-                    Capability::Net,
-                    Mechanism::Proxy,
-                    "transparent interception",
-                    format!(
-                        "for tools that ignore the proxy variables: {} resolve in the sandbox's /etc/hosts to synthetic 198.18.0.0/15 addresses whose connections on ports {} the proxy takes; the TLS server name or HTTP Host must be that name",
-                        names.join(","),
-                        ports.join(",")
-                    ),
-                );
-            }
-            let names = run_egress.secret_names().join(",");
-            if !names.is_empty() {
-                output.receipt.enforce(
-                    Capability::Net,
-                    Mechanism::Proxy,
-                    "secrets at egress",
-                    format!(
-                        "{names}: per-run placeholders in the sandbox; the values only in request headers to each secret's hosts (HTTPS through a per-run CA, name-constrained to those hosts, that the sandbox trusts)"
-                    ),
-                );
-            }
-            let (network, denials) = run_egress.finish();
-            output.receipt.denials.extend(denials);
-            output.receipt.network = Some(network);
+            egress_receipt(&mut output.receipt, run_egress, &transparent);
         }
         Ok(output)
     }
@@ -609,6 +526,247 @@ impl ProcessBackend {
                 Ok(None)
             }
         }
+    }
+}
+
+/// A sandbox planned on this host: everything decided before its helper is spawned.
+struct Planned<'a> {
+    spec: Spec,
+    command: Command,
+    pre: Preflight,
+    identity: Identity,
+    egress: Option<(RunEgress, &'a EgressHost)>,
+    transparent: Transparent,
+}
+
+impl ProcessBackend {
+    /// Plans a sandbox for `run` on this host: probes, identity, the helper's spec and the
+    /// tool's command (with `adjust` applied), and the egress registration.
+    fn plan_sandbox(
+        &self,
+        tool: &Tool,
+        run: &RunSpec,
+        ctx: &RunContext,
+        adjust: &dyn Fn(&mut Spec, &mut Command) -> Result<()>,
+    ) -> Result<Planned<'_>> {
+        // The spec was validated (once) and its grants resolved before anything about this
+        // host is probed: bad input is an InvalidRequest on every host.
+        run.require_kind(BackendKind::Process)?;
+        let caps = &run.caps;
+        let run = run.detached();
+        if let Some(err) = self.unavailable() {
+            return Err(err);
+        }
+        let host = self.host();
+        let mut pre = preflight(host, ctx.strictness)?;
+        let identity = self.identity(run.agent.as_deref(), ctx.strictness, &mut pre.gaps)?;
+        pre.facts.mapped_identity = !matches!(identity, Identity::Embedder);
+        let (mut spec, mut command) = plan::plan(tool, run, &pre.facts, &RealHost)?;
+        match &identity {
+            Identity::Agent(ids) => spec.host_ids = Some(*ids),
+            Identity::Fresh(_) => spec.fresh_ids = true,
+            Identity::Embedder => {}
+        }
+        spec.landlock = host.landlock_abi > 0;
+        spec.require_landlock = ctx.strictness == Strictness::Strict;
+        spec.fault = self.fault.filter(|f| *f != Fault::Cgroup);
+        adjust(&mut spec, &mut command)?;
+        let egress = self.egress_for(&mut spec, &caps.secrets, ctx.strictness, &mut pre.gaps)?;
+        let transparent = match (&egress, &spec.run.net, &spec.image) {
+            (Some(_), Net::Allow(rules), None) => Transparent::plan(rules),
+            _ => Transparent::default(),
+        };
+        if let Some((run_egress, _)) = &egress {
+            run_egress.set_env(&mut command.env);
+            spec.files
+                .extend(run_egress.trust_files().into_iter().map(|file| {
+                    crate::protocol::FileSpec {
+                        path: file.path,
+                        contents: file.contents,
+                    }
+                }));
+            let etc_file_free = |spec: &Spec, path: &str| {
+                !spec
+                    .run
+                    .mounts
+                    .iter()
+                    .any(|m| Path::new(path).starts_with(&m.target))
+                    && !spec.files.iter().any(|f| f.path == Path::new(path))
+            };
+            if !transparent.is_empty() && etc_file_free(&spec, "/etc/hosts") {
+                spec.files.push(FileSpec {
+                    path: "/etc/hosts".into(),
+                    contents: transparent.hosts_file(),
+                });
+                if etc_file_free(&spec, "/etc/nsswitch.conf") {
+                    spec.files.push(FileSpec {
+                        path: "/etc/nsswitch.conf".into(),
+                        contents: egress_transparent::NSSWITCH.into(),
+                    });
+                }
+            }
+        }
+        Ok(Planned {
+            spec,
+            command,
+            pre,
+            identity,
+            egress,
+            transparent,
+        })
+    }
+
+    /// Builds a live sandbox for `run` (see [`crate::live`]): planned like a run, never
+    /// pooled, its helper told to keep init serving execs.
+    pub(crate) fn build_live(
+        &self,
+        run: &RunSpec,
+        ctx: &RunContext,
+        adjust: &dyn Fn(&mut Spec, &mut Command) -> Result<()>,
+    ) -> Result<crate::live::LiveParts> {
+        // The placeholder only completes the plan: init runs what each exec asks for.
+        let placeholder = Tool::Command {
+            argv: vec!["true".into()],
+        };
+        let Planned {
+            mut spec,
+            command,
+            pre,
+            identity,
+            mut egress,
+            transparent,
+        } = self.plan_sandbox(&placeholder, run, ctx, adjust)?;
+        spec.live = true;
+        let helper = self
+            .helper()
+            .ok_or_else(|| Error::unavailable(BackendKind::Process, "no helper"))?;
+        let registry = match &identity {
+            Identity::Fresh(registry) => Some(Arc::clone(registry)),
+            _ => None,
+        };
+        let Warm {
+            mut prepared,
+            cgroup,
+        } = pool::build(
+            helper,
+            &spec,
+            self.host().cgroup.as_ref().ok(),
+            registry.as_deref(),
+        )?;
+        attach_egress(&mut prepared, &mut egress, &transparent)?;
+        let secrets: Vec<String> = egress
+            .as_ref()
+            .map(|(run_egress, _)| {
+                run_egress
+                    .secret_names()
+                    .into_iter()
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let workdir = spec.workdir().to_path_buf();
+        let strictness = ctx.strictness;
+        let receipt_command = command.clone();
+        let receipt = Box::new(
+            move |enforced: crate::protocol::Enforced,
+                  cgroup: Option<&crate::cgroup::RunCgroup>|
+                  -> Result<sandbox_core::Receipt> {
+                let applied = cgroup.map(|cg| cg.stats().applied).unwrap_or_default();
+                let mut receipt = crate::outcome::live_receipt(
+                    &enforced,
+                    &spec,
+                    &receipt_command,
+                    &pre,
+                    applied,
+                    strictness,
+                    identity.source(),
+                )?;
+                receipt.enforce(
+                    Capability::Lifetime,
+                    Mechanism::Supervisor,
+                    "live sandbox",
+                    "one sandbox for every exec; it ends (every process, also those that left with setsid) when its supervisor stops it",
+                );
+                egress_lines(&mut receipt, &secrets, &transparent);
+                Ok(receipt)
+            },
+        );
+        Ok(crate::live::LiveParts {
+            helper: prepared,
+            cgroup,
+            egress: egress.map(|(run_egress, _)| run_egress),
+            command,
+            workdir,
+            receipt,
+        })
+    }
+}
+
+/// Serves a run's egress listeners once its helper handed them over.
+fn attach_egress(
+    prepared: &mut supervise::Prepared,
+    egress: &mut Option<(RunEgress, &EgressHost)>,
+    transparent: &Transparent,
+) -> Result<()> {
+    if let Some((run_egress, host)) = egress {
+        // `None`: the helper's setup failed before it got there; the run reports why.
+        let listeners = prepared.take_egress_listeners(EGRESS_LISTENER_WAIT, &transparent.ports)?;
+        if let Some(listeners) = listeners {
+            run_egress.attach(host, listeners.proxy)?;
+            run_egress.attach_transparent(host, listeners.transparent, &transparent.names)?;
+        }
+    }
+    Ok(())
+}
+
+/// The receipt's lines for a run's egress (transparent interception, secrets) and the
+/// proxy's decisions.
+fn egress_receipt(
+    receipt: &mut sandbox_core::Receipt,
+    run_egress: RunEgress,
+    transparent: &Transparent,
+) {
+    let secrets: Vec<String> = run_egress
+        .secret_names()
+        .into_iter()
+        .map(String::from)
+        .collect();
+    egress_lines(receipt, &secrets, transparent);
+    let (network, denials) = run_egress.finish();
+    receipt.denials.extend(denials);
+    receipt.network = Some(network);
+}
+
+/// The receipt's lines for transparent interception and secrets at egress.
+fn egress_lines(
+    receipt: &mut sandbox_core::Receipt,
+    secrets: &[String],
+    transparent: &Transparent,
+) {
+    if !transparent.is_empty() {
+        let names: Vec<&str> = transparent.names.iter().map(|(_, n)| n.as_str()).collect();
+        let ports: Vec<String> = transparent.ports.iter().map(u16::to_string).collect();
+        receipt.enforce(
+            Capability::Net,
+            Mechanism::Proxy,
+            "transparent interception",
+            format!(
+                "for tools that ignore the proxy variables: {} resolve in the sandbox's /etc/hosts to synthetic 198.18.0.0/15 addresses whose connections on ports {} the proxy takes; the TLS server name or HTTP Host must be that name",
+                names.join(","),
+                ports.join(",")
+            ),
+        );
+    }
+    if !secrets.is_empty() {
+        receipt.enforce(
+            Capability::Net,
+            Mechanism::Proxy,
+            "secrets at egress",
+            format!(
+                "{}: per-run placeholders in the sandbox; the values only in request headers to each secret's hosts (HTTPS through a per-run CA, name-constrained to those hosts, that the sandbox trusts)",
+                secrets.join(",")
+            ),
+        );
     }
 }
 

@@ -67,6 +67,10 @@ pub struct Spec {
     /// private writable layer) instead of an empty tmpfs. `None` for process runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageRootSpec>,
+    /// A live sandbox: init serves exec requests on the live channel (fd
+    /// [`crate::helper::LIVE_FD`] of the helper) instead of running one command.
+    #[serde(default)]
+    pub live: bool,
 }
 
 impl Spec {
@@ -476,6 +480,7 @@ pub(crate) mod tests {
             cgroup_procs: vec![],
             fault: None,
             image: None,
+            live: false,
         }
     }
 

@@ -96,6 +96,8 @@ pub struct Prepared {
     stdin: OwnedFd,
     /// The host's end of the egress link, for runs under an allowlist.
     egress: Option<UnixStream>,
+    /// The host's end of init's channel, for a live sandbox.
+    live: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -120,6 +122,14 @@ pub fn prepare(helper: &Path, spec: &Spec) -> Result<Prepared> {
         }
         _ => (None, None),
     };
+    let (live, live_child) = match spec.live {
+        true => {
+            let (host, child) =
+                crate::live::wire::packet_pair().map_err(internal("live channel"))?;
+            (Some(host), Some(child))
+        }
+        false => (None, None),
+    };
     let mut fds = vec![
         in_r.as_raw_fd(),
         out_w.as_raw_fd(),
@@ -127,6 +137,14 @@ pub fn prepare(helper: &Path, spec: &Spec) -> Result<Prepared> {
         control_child.as_raw_fd(),
     ];
     fds.extend(egress_child.as_ref().map(|link| link.as_raw_fd()));
+    if let Some(channel) = &live_child {
+        // fd 4 is the egress link or, without one, a copy of the channel the helper
+        // closes unused; fd 5 is the channel.
+        if egress_child.is_none() {
+            fds.push(channel.as_raw_fd());
+        }
+        fds.push(channel.as_raw_fd());
+    }
     let pid = sys::spawn_with_fds(helper, &["strata-helper", "run"], &fds)
         .map_err(|e| Error::internal(format!("spawn helper {}", helper.display()), e))?;
     let prepared = Prepared {
@@ -136,8 +154,9 @@ pub fn prepare(helper: &Path, spec: &Spec) -> Result<Prepared> {
         stderr: err_r,
         stdin: in_w,
         egress,
+        live,
     };
-    drop((in_r, out_w, err_w, control_child, egress_child));
+    drop((in_r, out_w, err_w, control_child, egress_child, live_child));
     let mut frame = Vec::new();
     protocol::write_frame(&mut frame, spec).map_err(internal("encode spec"))?;
     sys::send_all(prepared.control.as_raw_fd(), &frame).map_err(internal("send spec to helper"))?;
@@ -145,6 +164,17 @@ pub fn prepare(helper: &Path, spec: &Spec) -> Result<Prepared> {
 }
 
 impl Prepared {
+    /// The host's end of a live sandbox's init channel (once).
+    pub fn take_live(&mut self) -> Option<OwnedFd> {
+        self.live.take()
+    }
+
+    /// The helper's control socket (its reports).
+    pub fn control_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.control.as_fd()
+    }
+
     /// For a run under an allowlist: the listeners the helper created inside the sandbox's
     /// network namespace (see `egress_link`): the proxy's and one per transparent port in
     /// `ports`, waiting at most `timeout` for the helper to get that far. `Ok(None)`: the
@@ -221,6 +251,7 @@ pub fn run(
         stderr,
         stdin: in_w,
         egress: _,
+        live: _,
     } = prepared;
     let (wake_r, wake_w) = sys::pipe().map_err(internal("wake pipe"))?;
 

@@ -1,0 +1,572 @@
+//! Live sandboxes through the CLI (`strata start | exec | ps | logs | kill | stop | ls`) on
+//! the process backend, named after what they stop: processes that outlive their sandbox,
+//! another user's access, runaway execs. Each test has its own state directory
+//! (`STRATA_STATE_DIR`), so tests never see each other's sandboxes.
+//! Needs `strata-helper` and `strata-live` next to `strata` (built by `cargo test
+//! --workspace`); the tests that switch users need root (`.ci/run` runs as root).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn exe() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_strata"));
+    for sibling in ["strata-helper", "strata-live"] {
+        let path = exe.with_file_name(sibling);
+        assert!(
+            path.exists(),
+            "{} is missing: build the workspace binaries (cargo build --workspace --bins)",
+            path.display()
+        );
+    }
+    exe
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A private state directory and the CLI pointed at it; stops what is left on drop.
+struct Live {
+    state: tempfile::TempDir,
+}
+
+impl Live {
+    fn new() -> Live {
+        let state = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(
+            state.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .expect("chmod");
+        Live { state }
+    }
+
+    /// The sandbox directories left in the state directory (the identity registry of
+    /// `strata run` may share it).
+    fn sandbox_dirs(&self) -> Vec<String> {
+        std::fs::read_dir(self.state.path())
+            .expect("state")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("sb-"))
+            .collect()
+    }
+
+    fn state_dir(&self) -> &Path {
+        self.state.path()
+    }
+
+    fn strata(&self, args: &[&str]) -> Output {
+        Command::new(exe())
+            .args(args)
+            .env("STRATA_STATE_DIR", self.state.path())
+            .output()
+            .expect("run strata")
+    }
+
+    fn start(&self, extra: &[&str]) -> String {
+        let mut args = vec!["start"];
+        args.extend_from_slice(extra);
+        let out = self.strata(&args);
+        assert!(out.status.success(), "start: {}", text(&out.stderr));
+        let id = text(&out.stdout);
+        assert!(
+            id.ends_with('\n') && id.lines().count() == 1,
+            "only the id: {id:?}"
+        );
+        id.trim().to_string()
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let out = self.strata(&["ls", "--json"]);
+        assert!(out.status.success(), "ls: {}", text(&out.stderr));
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ls json");
+        list.as_array()
+            .expect("array")
+            .iter()
+            .map(|s| s["id"].as_str().expect("id").to_string())
+            .collect()
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // Never panics (a failed test is unwinding through here): stops whatever is left.
+        let _ = std::fs::set_permissions(
+            self.state.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        );
+        for id in self.sandbox_dirs() {
+            let _ = self.strata(&["stop", &id]);
+        }
+    }
+}
+
+/// Host processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            if text(&cmdline).replace('\0', " ").contains(marker) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// A unique `sleep` argument to find a test's processes by.
+fn marker() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("1000.{}{}", std::process::id(), nanos % 100_000)
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn start_exec_ps_logs_kill_and_stop_work_on_the_process_backend() {
+    let live = Live::new();
+    let id = live.start(&[]);
+    assert!(id.starts_with("sb-"), "{id}");
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "out\n");
+    assert_eq!(text(&out.stderr), "err\n");
+    // State kept between execs: files written by one are read by the next.
+    let out = live.strata(&["exec", &id, "--", "sh", "-c", "echo kept > /tmp/note"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = live.strata(&["exec", &id, "--", "cat", "/tmp/note"]);
+    assert_eq!(text(&out.stdout), "kept\n");
+    // Detached: prints the pid that ps shows as the last word.
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--detach",
+        "--",
+        "sh",
+        "-c",
+        "echo started; sleep 1000",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pid = text(&out.stdout).trim().to_string();
+    assert!(pid.parse::<i32>().is_ok(), "{pid}");
+    let out = live.strata(&["ps", &id]);
+    let line = text(&out.stdout)
+        .lines()
+        .find(|l| l.ends_with(&format!(" {pid}")))
+        .unwrap_or_else(|| panic!("pid {pid} in ps: {}", text(&out.stdout)))
+        .to_string();
+    assert!(line.starts_with("running"), "{line}");
+    wait_until(
+        "the detached output is kept",
+        Duration::from_secs(10),
+        || text(&live.strata(&["logs", &id, &pid]).stdout) == "started\n",
+    );
+    let out = live.strata(&["kill", &id, &pid, "--signal", "KILL"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = live.strata(&["logs", &id, &pid, "--follow"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = live.strata(&["ps", &id, "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ps json");
+    let entry = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|p| p["pid"].as_i64().map(|n| n.to_string()).as_deref() == Some(pid.as_str()))
+        .expect("listed")
+        .clone();
+    assert_eq!(entry["state"], "exited", "{entry}");
+    assert_eq!(entry["signal"], libc::SIGKILL, "{entry}");
+    assert_eq!(entry["argv"][0], "sh", "{entry}");
+    assert_eq!(live.ids(), vec![id.clone()]);
+    let out = live.strata(&["stop", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(live.ids().is_empty());
+    assert!(
+        live.sandbox_dirs().is_empty(),
+        "the sandbox's state directory is removed"
+    );
+    let out = live.strata(&["exec", &id, "--", "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a stopped sandbox: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn start_json_names_the_id_and_backend_and_the_receipt_holds_for_every_exec() {
+    let live = Live::new();
+    let out = live.strata(&["start", "--json", "--name", "json-test"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let started: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(started["backend"], "process", "{started}");
+    let id = started["id"].as_str().expect("id").to_string();
+    let enforced = started["receipt"]["enforced"].to_string();
+    for mechanism in [
+        "\"namespace\"",
+        "\"landlock\"",
+        "\"seccomp\"",
+        "output ring",
+    ] {
+        assert!(enforced.contains(mechanism), "{mechanism}: {enforced}");
+    }
+    // The name works wherever the id does.
+    let out = live.strata(&["exec", "json-test", "--json", "--", "echo", "hi"]);
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("exec json");
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(result["stdout"], "hi\n", "{result}");
+    let again = live.strata(&["start", "--name", "json-test"]);
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "a name in use: {}",
+        text(&again.stderr)
+    );
+    assert!(live.strata(&["stop", &id]).status.success());
+}
+
+#[test]
+fn bad_arguments_are_refused_with_exit_2_and_nothing_starts() {
+    let live = Live::new();
+    for args in [
+        vec!["start", "--", "echo", "no program for start"],
+        vec!["start", "--ttl", "0"],
+        vec!["start", "--backend", "wasm"],
+        vec!["start", "--name", "../escape"],
+        vec!["exec", "sb-0000000000000000", "--", "true"],
+        vec!["exec", "../x", "--", "true"],
+    ] {
+        let out = live.strata(&args);
+        assert!(
+            matches!(out.status.code(), Some(2) | Some(125)),
+            "{args:?}: {:?} {}",
+            out.status.code(),
+            text(&out.stderr)
+        );
+        assert!(!text(&out.stderr).is_empty(), "{args:?} says why");
+    }
+    let wasm = live.strata(&["start", "--backend", "wasm"]);
+    let why = text(&wasm.stderr);
+    assert!(
+        why.contains("process"),
+        "names the backends that can: {why}"
+    );
+    assert!(live.ids().is_empty(), "nothing started");
+}
+
+#[test]
+fn an_exec_timeout_kills_its_process_group_and_exits_124() {
+    let live = Live::new();
+    let id = live.start(&[]);
+    let mark = marker();
+    let started = Instant::now();
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--timeout",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &format!("sleep {mark} & sleep {mark}"),
+    ]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(60));
+    wait_until(
+        "the exec's children are gone",
+        Duration::from_secs(10),
+        || processes_with(&mark).is_empty(),
+    );
+    assert!(live.strata(&["stop", &id]).status.success());
+}
+
+#[test]
+fn a_detached_process_does_not_survive_stop_even_after_setsid() {
+    let live = Live::new();
+    let id = live.start(&[]);
+    let mark = marker();
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--detach",
+        "--",
+        "sh",
+        "-c",
+        &format!("setsid sleep {mark} & sleep {mark}"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_until("both sleeps run", Duration::from_secs(10), || {
+        processes_with(&mark).len() >= 2
+    });
+    let out = live.strata(&["stop", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // `stop` returns once everything is gone.
+    assert!(
+        processes_with(&mark).is_empty(),
+        "{:?}",
+        processes_with(&mark)
+    );
+    assert!(live.ids().is_empty());
+}
+
+#[test]
+fn a_detached_process_does_not_survive_the_ttl_or_the_idle_ttl() {
+    for flag in ["--ttl", "--idle-ttl"] {
+        let live = Live::new();
+        let id = live.start(&[flag, "2"]);
+        let mark = marker();
+        let out = live.strata(&["exec", &id, "--detach", "--", "sleep", &mark]);
+        assert!(out.status.success(), "{flag}: {}", text(&out.stderr));
+        assert!(!processes_with(&mark).is_empty());
+        wait_until(
+            "the sandbox ends by its clock",
+            Duration::from_secs(30),
+            || live.ids().is_empty(),
+        );
+        wait_until("its processes are gone", Duration::from_secs(10), || {
+            processes_with(&mark).is_empty()
+        });
+        wait_until("its state is gone", Duration::from_secs(10), || {
+            live.sandbox_dirs().is_empty()
+        });
+    }
+}
+
+#[test]
+fn limits_cover_the_whole_sandbox_across_execs() {
+    let live = Live::new();
+    let id = live.start(&["--pids", "16"]);
+    let mark = marker();
+    let mut started = 0;
+    for _ in 0..8 {
+        let out = live.strata(&["exec", &id, "--detach", "--", "sleep", &mark]);
+        if out.status.success() {
+            started += 1;
+        }
+    }
+    assert_eq!(started, 8, "eight execs fit under 16 processes");
+    // Eight more processes in one exec do not: the limit is the sandbox's, not the exec's.
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "n=0; for i in 1 2 3 4 5 6 7 8 9 10; do sleep 100 & n=$((n+1)); done; wait",
+    ]);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "forks beyond the sandbox's pids limit fail"
+    );
+    assert!(live.strata(&["stop", &id]).status.success());
+    assert!(processes_with(&mark).is_empty());
+}
+
+#[test]
+fn an_output_flood_is_kept_bounded_and_the_exec_still_ends() {
+    let live = Live::new();
+    let id = live.start(&[]);
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--detach",
+        "--",
+        "sh",
+        "-c",
+        "head -c 20000000 /dev/zero",
+    ]);
+    let pid = text(&out.stdout).trim().to_string();
+    let out = live.strata(&["logs", &id, &pid, "--follow"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let kept = live.strata(&["logs", &id, &pid]);
+    assert!(
+        kept.stdout.len() <= 1 << 20,
+        "the ring keeps at most 1 MiB, kept {}",
+        kept.stdout.len()
+    );
+    assert!(!kept.stdout.is_empty());
+    assert!(live.strata(&["stop", &id]).status.success());
+}
+
+/// As root: another user's `exec`, `ls` and raw socket connections get nothing.
+#[test]
+fn another_local_user_cannot_exec_list_or_read_output() {
+    if !nix_root() {
+        eprintln!("SKIPPED another_local_user_cannot_exec_list_or_read_output: needs root");
+        return;
+    }
+    let live = Live::new();
+    let id = live.start(&[]);
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--detach",
+        "--",
+        "sh",
+        "-c",
+        "echo private; sleep 1000",
+    ]);
+    let pid = text(&out.stdout).trim().to_string();
+    let bins = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(
+        bins.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let cli = bins.path().join("strata");
+    std::fs::copy(exe(), &cli).expect("copy");
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&cli)
+            .args(args)
+            .env("STRATA_STATE_DIR", live.state_dir())
+            .output()
+            .expect("setpriv")
+    };
+    for args in [
+        vec!["exec", id.as_str(), "--", "true"],
+        vec!["logs", id.as_str(), pid.as_str()],
+        vec!["stop", id.as_str()],
+        vec!["ls"],
+    ] {
+        let out = as_nobody(&args);
+        assert!(
+            !out.status.success(),
+            "{args:?} as nobody: {}",
+            text(&out.stdout)
+        );
+        assert!(!text(&out.stdout).contains("private"), "{args:?}");
+        assert!(!text(&out.stdout).contains(&id), "{args:?}");
+    }
+    // Even with the directories opened up, the socket refuses other users' connections
+    // (SO_PEERCRED): nobody gets no answer at all.
+    let dir = live.state_dir().join(&id);
+    for path in [live.state_dir(), dir.as_path()] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    std::fs::set_permissions(
+        dir.join("control.sock"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .expect("chmod");
+    let probe = format!(
+        "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect('{}')\ntry:\n  s.sendall(b'{{\"op\":\"logs\",\"pid\":{pid},\"follow\":false}}\\n')\n  print(repr(s.recv(65536)))\nexcept OSError:\n  print(repr(b''))",
+        dir.join("control.sock").display()
+    );
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            &probe,
+        ])
+        .output()
+        .expect("setpriv");
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "b''",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    // The owner still can (with the state directory private again).
+    std::fs::set_permissions(
+        live.state_dir(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    let out = live.strata(&["logs", &id, &pid]);
+    assert_eq!(text(&out.stdout), "private\n");
+    assert!(live.strata(&["stop", &id]).status.success());
+}
+
+fn nix_root() -> bool {
+    rustix_uid() == 0
+}
+
+fn rustix_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// As root: the same flow for an unprivileged embedder (uid 65534, no cgroup of its own, so
+/// best effort): start, exec, a detached process, stop; nothing survives.
+#[test]
+fn an_unprivileged_caller_gets_a_live_sandbox_that_ends_completely() {
+    if !nix_root() {
+        eprintln!("SKIPPED an_unprivileged_caller_gets_a_live_sandbox_that_ends_completely: needs root to switch users");
+        return;
+    }
+    let bins = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(
+        bins.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    for name in ["strata", "strata-helper", "strata-live"] {
+        std::fs::copy(exe().with_file_name(name), bins.path().join(name)).expect("copy");
+    }
+    let state = bins.path().join("state");
+    std::fs::create_dir(&state).expect("state");
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).expect("chown");
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("chmod");
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(bins.path().join("strata"))
+            .args(args)
+            .env("STRATA_STATE_DIR", &state)
+            .env("STRATA_HELPER", bins.path().join("strata-helper"))
+            .env("STRATA_LIVE", bins.path().join("strata-live"))
+            .current_dir("/")
+            .output()
+            .expect("setpriv")
+    };
+    let out = as_nobody(&["start", "--best-effort"]);
+    assert!(out.status.success(), "start: {}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    let out = as_nobody(&["exec", &id, "--", "id", "-u"]);
+    assert!(out.status.success(), "exec: {}", text(&out.stderr));
+    let mark = marker();
+    let out = as_nobody(&["exec", &id, "--detach", "--", "sleep", &mark]);
+    assert!(out.status.success(), "detach: {}", text(&out.stderr));
+    wait_until("the detached process runs", Duration::from_secs(10), || {
+        !processes_with(&mark).is_empty()
+    });
+    let out = as_nobody(&["stop", &id]);
+    assert!(out.status.success(), "stop: {}", text(&out.stderr));
+    assert!(processes_with(&mark).is_empty(), "nothing survives stop");
+    let left: Vec<_> = std::fs::read_dir(&state)
+        .expect("state")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("sb-"))
+        .collect();
+    assert!(left.is_empty(), "no sandbox state left");
+}

@@ -1,0 +1,5 @@
+//! `strata-live`: the supervisor of one live sandbox (see `sandbox_live::supervisor`).
+
+fn main() {
+    std::process::exit(sandbox_live::supervisor::main());
+}

@@ -1,0 +1,478 @@
+//! The supervisor's requests about processes: `exec` (foreground or detached), `logs`,
+//! `wait`, `kill`, `stdin`, `close_stdin` and `ps`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use sandbox_core::Error;
+use sandbox_os::live::LiveCommand;
+
+use crate::protocol::{decode, encode, ExecRequest, ExitInfo, Reply, Request, WireError};
+use crate::ring::Stream;
+use crate::server::{send, Context, Out};
+use crate::table::Pending;
+
+/// Most execs running at once in one sandbox: 512 (each has an output reader thread in the
+/// supervisor; the cgroup's pids limit bounds what they fork).
+pub const MAX_RUNNING: usize = 512;
+
+/// How long init may take to answer an exec (it forks and executes; milliseconds).
+const START_WAIT: Duration = Duration::from_secs(30);
+
+fn reply(out: &Out, reply: &Reply) -> std::io::Result<()> {
+    send(out, reply)
+}
+
+fn error_reply(out: &Out, error: &Error) -> bool {
+    reply(
+        out,
+        &Reply::Error {
+            error: WireError::from(error),
+        },
+    )
+    .is_ok()
+}
+
+/// `exec`: starts the command; a detached one answers with its pid, a foreground one
+/// streams its output and ends with how it exited, while this connection keeps taking
+/// requests (its `stdin`, `close_stdin`, `kill`). Returns whether the connection goes on.
+pub(crate) fn exec(
+    context: &Arc<Context>,
+    request: ExecRequest,
+    out: &Out,
+    foreground: &mut Vec<i32>,
+) -> bool {
+    let out = Arc::clone(out);
+    let detach = request.detach;
+    let pid = match start(context, request) {
+        Ok(pid) => pid,
+        Err(error) => return error_reply(&out, &error),
+    };
+    if reply(&out, &Reply::Started { pid }).is_err() {
+        return false;
+    }
+    if detach {
+        return true;
+    }
+    foreground.retain(|pid| {
+        context
+            .table
+            .lock()
+            .procs
+            .get(pid)
+            .is_some_and(|p| p.exit.is_none())
+    });
+    foreground.push(pid);
+    let context = Arc::clone(context);
+    let spawned = std::thread::Builder::new()
+        .name("strata-live-follow".into())
+        .spawn(move || {
+            if follow(&context, pid, &out, true).is_err() {
+                // The client went away during a foreground exec: that cancels it.
+                if let Some(sandbox) = context
+                    .sandbox
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                {
+                    let _ = sandbox.signal(pid, libc::SIGKILL);
+                }
+            }
+        });
+    spawned.is_ok()
+}
+
+/// Validates and starts an exec; returns its pid.
+fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
+    let ExecRequest {
+        argv,
+        env,
+        workdir,
+        timeout_ms,
+        stdin,
+        ..
+    } = request;
+    let Some(program) = argv.first().cloned() else {
+        return Err(Error::invalid("exec: argv is empty"));
+    };
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(Error::invalid("exec: an argument contains a NUL byte"));
+    }
+    check_env(&env)?;
+    let workdir = match workdir {
+        Some(dir) if !dir.starts_with('/') || dir.contains('\0') => {
+            return Err(Error::invalid(format!(
+                "exec: workdir {dir:?} must be an absolute path inside the sandbox"
+            )))
+        }
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => None,
+    };
+    let timeout = match timeout_ms {
+        Some(0) => return Err(Error::invalid("exec: timeout must be more than 0 ms")),
+        other => other.map(Duration::from_millis),
+    };
+    let pipe = || {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::internal("exec: make a pipe", e.into()))
+    };
+    let (stdin_r, stdin_w) = pipe()?;
+    let (stdout_r, stdout_w) = pipe()?;
+    let (stderr_r, stderr_w) = pipe()?;
+    let id = {
+        let mut table = context.table.lock();
+        if table.stopped {
+            return Err(Error::invalid("the sandbox has stopped"));
+        }
+        if table.running() >= MAX_RUNNING {
+            return Err(Error::invalid(format!(
+                "the sandbox already runs {MAX_RUNNING} execs; wait for some to end"
+            )));
+        }
+        let id = table.next_id();
+        table.pending.insert(
+            id,
+            Pending {
+                argv: argv.clone(),
+                stdin: stdin.then(|| File::from(stdin_w)),
+                timeout,
+                answer: None,
+            },
+        );
+        id
+    };
+    let sent = {
+        let guard = context.sandbox.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            Some(sandbox) => {
+                let mut full_env: Vec<String> = sandbox
+                    .base_env()
+                    .iter()
+                    .filter(|entry| {
+                        let key = entry.split('=').next().unwrap_or_default();
+                        !env.contains_key(key)
+                    })
+                    .cloned()
+                    .collect();
+                full_env.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+                let command = LiveCommand {
+                    program,
+                    argv,
+                    env: full_env,
+                };
+                let workdir = workdir.unwrap_or_else(|| sandbox.workdir().to_path_buf());
+                sandbox.exec(
+                    id,
+                    command,
+                    workdir,
+                    [stdin_r.as_fd(), stdout_w.as_fd(), stderr_w.as_fd()],
+                )
+            }
+            None => Err(Error::invalid("the sandbox has stopped")),
+        }
+    };
+    drop((stdin_r, stdout_w, stderr_w));
+    if let Err(error) = sent {
+        context.table.lock().pending.remove(&id);
+        return Err(error);
+    }
+    let deadline = Instant::now() + START_WAIT;
+    let mut table = context.table.lock();
+    let answer = loop {
+        if let Some(answer) = table.pending.get_mut(&id).and_then(|p| p.answer.take()) {
+            break answer;
+        }
+        if Instant::now() >= deadline {
+            break Err(Error::Internal {
+                message: "the live sandbox did not answer the exec".into(),
+                source: None,
+            });
+        }
+        table = context.table.wait(table, Duration::from_millis(100));
+    };
+    table.pending.remove(&id);
+    drop(table);
+    let pid = answer?;
+    read_output(context, pid, stdout_r, stderr_r);
+    Ok(pid)
+}
+
+/// The variables an exec may set: names of `[A-Za-z_][A-Za-z0-9_]*`, no NUL in values.
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
+    for (key, value) in env {
+        let mut bytes = key.bytes();
+        let first_ok = bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+        if !first_ok || !bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(Error::invalid(format!(
+                "exec: {key:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(Error::invalid(format!(
+                "exec: the value of {key} contains a NUL byte"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Reads an exec's stdout and stderr into its ring until both close.
+fn read_output(context: &Arc<Context>, pid: i32, stdout: OwnedFd, stderr: OwnedFd) {
+    let context = Arc::clone(context);
+    let spawned = std::thread::Builder::new()
+        .name("strata-live-output".into())
+        .spawn(move || {
+            let mut open = [Some(File::from(stdout)), Some(File::from(stderr))];
+            let streams = [Stream::Stdout, Stream::Stderr];
+            let mut buf = vec![0u8; 64 * 1024];
+            while open.iter().any(Option::is_some) {
+                let mut fds: Vec<PollFd<'_>> = open
+                    .iter()
+                    .flatten()
+                    .map(|f| PollFd::new(f, PollFlags::IN))
+                    .collect();
+                if rustix::event::poll(&mut fds, None).is_err() {
+                    continue;
+                }
+                drop(fds);
+                for (slot, stream) in open.iter_mut().zip(streams) {
+                    let Some(file) = slot.as_mut() else { continue };
+                    let mut probe = [PollFd::new(&*file, PollFlags::IN)];
+                    let zero = rustix::time::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    };
+                    if !matches!(rustix::event::poll(&mut probe, Some(&zero)), Ok(n) if n > 0) {
+                        continue;
+                    }
+                    match file.read(&mut buf) {
+                        Ok(0) | Err(_) => *slot = None,
+                        Ok(n) => {
+                            let mut table = context.table.lock();
+                            if let Some(proc) = table.procs.get_mut(&pid) {
+                                proc.ring.push(stream, &buf[..n]);
+                            }
+                            drop(table);
+                            context.table.notify();
+                        }
+                    }
+                }
+            }
+            if let Some(proc) = context.table.lock().procs.get_mut(&pid) {
+                proc.output_open = false;
+            }
+            context.table.notify();
+        });
+    if spawned.is_err() {
+        tracing::warn!("no thread to read the output of pid {pid}");
+    }
+}
+
+/// Streams `pid`'s output from what the ring holds; with `follow`, until it exits (then
+/// sends how). Without, ends with `exited` or `ok` (still running).
+fn follow(context: &Context, pid: i32, out: &Out, follow: bool) -> std::io::Result<()> {
+    context.table.lock().attached += 1;
+    let result = stream(context, pid, out, follow);
+    context.table.lock().attached -= 1;
+    result
+}
+
+fn stream(context: &Context, pid: i32, out: &Out, follow: bool) -> std::io::Result<()> {
+    let mut offset = 0u64;
+    loop {
+        let mut table = context.table.lock();
+        let Some(proc) = table.procs.get(&pid) else {
+            drop(table);
+            let error = Error::invalid(format!("no process {pid} in this sandbox"));
+            reply(
+                out,
+                &Reply::Error {
+                    error: WireError::from(&error),
+                },
+            )?;
+            return Ok(());
+        };
+        let read = proc.ring.read_from(offset);
+        let done = proc.finished();
+        let exit = proc.exit;
+        if read.chunks.is_empty() && read.missed == 0 && !done && follow && !table.stopped {
+            table = context.table.wait(table, Duration::from_millis(50));
+            drop(table);
+            continue;
+        }
+        drop(table);
+        if read.missed > 0 {
+            reply(out, &Reply::Missed { bytes: read.missed })?;
+        }
+        for (stream, data) in read.chunks {
+            reply(
+                out,
+                &Reply::Output {
+                    stream,
+                    data: encode(&data),
+                },
+            )?;
+        }
+        offset = read.next;
+        match exit {
+            Some(exit) if done => return reply(out, &Reply::Exited { exit }),
+            _ if !follow => return reply(out, &Reply::Ok),
+            _ => {}
+        }
+    }
+}
+
+/// `ps`, `logs`, `wait`, `kill`, `stdin`, `close_stdin`. Returns whether the connection
+/// goes on.
+pub(crate) fn control(context: &Arc<Context>, request: Request, out: &Out) -> bool {
+    let result = match request {
+        Request::Ps => {
+            let processes = context.table.lock().list();
+            reply(out, &Reply::Processes { processes })
+        }
+        Request::Logs { pid, follow: f } => follow(context, pid, out, f),
+        Request::Wait { pid } => wait(context, pid, out),
+        Request::Kill { pid, signal } => kill(context, pid, signal, out),
+        Request::Stdin { pid, data } => write_stdin(context, pid, &data, out),
+        Request::CloseStdin { pid } => {
+            let known = match context.table.lock().procs.get_mut(&pid) {
+                Some(proc) => {
+                    proc.stdin = None;
+                    true
+                }
+                None => false,
+            };
+            if known {
+                reply(out, &Reply::Ok)
+            } else {
+                no_process(out, pid)
+            }
+        }
+        Request::Info | Request::Exec(_) | Request::Stop => Ok(()),
+    };
+    result.is_ok()
+}
+
+fn no_process(out: &Out, pid: i32) -> std::io::Result<()> {
+    let error = Error::invalid(format!("no process {pid} in this sandbox"));
+    reply(
+        out,
+        &Reply::Error {
+            error: WireError::from(&error),
+        },
+    )
+}
+
+fn wait(context: &Context, pid: i32, out: &Out) -> std::io::Result<()> {
+    let mut table = context.table.lock();
+    table.attached += 1;
+    let exit: Option<ExitInfo> = loop {
+        match table.procs.get(&pid) {
+            None => break None,
+            Some(proc) if proc.exit.is_some() => break proc.exit,
+            Some(_) if table.stopped => break None,
+            Some(_) => table = context.table.wait(table, Duration::from_millis(100)),
+        }
+    };
+    table.attached -= 1;
+    drop(table);
+    match exit {
+        Some(exit) => reply(out, &Reply::Exited { exit }),
+        None => no_process(out, pid),
+    }
+}
+
+fn kill(context: &Context, pid: i32, signal: i32, out: &Out) -> std::io::Result<()> {
+    if !(1..=64).contains(&signal) {
+        let error = Error::invalid(format!("{signal} is not a signal number (1-64)"));
+        return reply(
+            out,
+            &Reply::Error {
+                error: WireError::from(&error),
+            },
+        );
+    }
+    let running = context
+        .table
+        .lock()
+        .procs
+        .get(&pid)
+        .map(|p| p.exit.is_none());
+    match running {
+        None => no_process(out, pid),
+        Some(false) => reply(out, &Reply::Ok),
+        Some(true) => {
+            let sent = match context
+                .sandbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
+                Some(sandbox) => sandbox.signal(pid, signal),
+                None => Err(Error::invalid("the sandbox has stopped")),
+            };
+            match sent {
+                Ok(()) => reply(out, &Reply::Ok),
+                Err(error) => reply(
+                    out,
+                    &Reply::Error {
+                        error: WireError::from(&error),
+                    },
+                ),
+            }
+        }
+    }
+}
+
+fn write_stdin(context: &Context, pid: i32, data: &str, out: &Out) -> std::io::Result<()> {
+    let bytes = match decode(data) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            return reply(
+                out,
+                &Reply::Error {
+                    error: WireError::from(&error),
+                },
+            )
+        }
+    };
+    // A copy of the pipe, written outside the lock: a process that does not read must not
+    // stall the supervisor.
+    let pipe = match context.table.lock().procs.get(&pid) {
+        None => return no_process(out, pid),
+        Some(proc) => proc.stdin.as_ref().map(File::try_clone),
+    };
+    match pipe {
+        Some(Ok(mut pipe)) => match pipe.write_all(&bytes) {
+            Ok(()) => reply(out, &Reply::Ok),
+            Err(e) => {
+                let error = Error::invalid(format!("process {pid} no longer reads its stdin: {e}"));
+                reply(
+                    out,
+                    &Reply::Error {
+                        error: WireError::from(&error),
+                    },
+                )
+            }
+        },
+        _ => {
+            let error = Error::invalid(format!(
+                "process {pid} has no open stdin (start it with stdin, and before close_stdin)"
+            ));
+            reply(
+                out,
+                &Reply::Error {
+                    error: WireError::from(&error),
+                },
+            )
+        }
+    }
+}

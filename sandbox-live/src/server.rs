@@ -1,0 +1,407 @@
+//! The supervisor of one live sandbox: holds the sandbox, serves its control socket, keeps
+//! its clocks, and ends it.
+//!
+//! Threads: the event loop (this module's [`serve`]: init's events, the helper's report, the
+//! owner, stop signals, TTLs and per-exec timeouts), one acceptor, one thread per client
+//! connection and one output reader per exec. The sandbox ends on `stop`, at its TTL or
+//! idle TTL, when its owner goes away (owned sandboxes), on SIGTERM/SIGINT/SIGHUP, or when
+//! it ends by itself (its init was killed); then every process is killed, the cgroup is
+//! removed and the sandbox's state directory deleted before the supervisor exits.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::event::{PollFd, PollFlags};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sandbox_core::Error;
+use sandbox_os::live::{LiveEvent, LiveProcess};
+
+use crate::exec;
+use crate::protocol::{Reply, Request, SandboxInfo, WireError};
+use crate::state;
+use crate::table::Shared;
+
+/// How the sandbox is held.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Its directory (control socket, `info.json`), removed when it ends.
+    pub dir: PathBuf,
+    /// Absolute time to live.
+    pub ttl: Option<Duration>,
+    /// Time without client activity after which it ends.
+    pub idle_ttl: Option<Duration>,
+    /// The uid whose clients may connect (root may too).
+    pub owner_uid: u32,
+}
+
+/// Why the sandbox ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// A client asked (`stop`).
+    Stopped,
+    /// Its TTL ran out.
+    Ttl,
+    /// Its idle TTL ran out.
+    Idle,
+    /// The process that owned it went away.
+    OwnerGone,
+    /// The supervisor got a termination signal.
+    Signal,
+    /// The sandbox ended by itself (its init is gone).
+    SandboxEnded,
+}
+
+/// What the connection threads share with the loop.
+pub(crate) struct Context {
+    pub(crate) sandbox: Mutex<Option<LiveProcess>>,
+    pub(crate) table: Shared,
+    pub(crate) info: SandboxInfo,
+    pub(crate) stop: AtomicBool,
+    /// Written to wake the loop (a stop request).
+    pub(crate) wake: OwnedFd,
+}
+
+impl Context {
+    /// Asks the loop to end the sandbox.
+    pub(crate) fn request_stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = rustix::io::write(&self.wake, b"s");
+    }
+}
+
+/// Serves `sandbox` on `listener` until it ends; `owner` (an owned sandbox) is a descriptor
+/// that reads end of file when the owner is gone; `signals` is readable when a stop signal
+/// arrived. Removes the sandbox's directory before returning.
+pub fn serve(
+    sandbox: LiveProcess,
+    info: SandboxInfo,
+    config: Config,
+    listener: UnixListener,
+    owner: Option<OwnedFd>,
+    signals: Option<OwnedFd>,
+) -> Ending {
+    let (wake_r, wake_w) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+        Ok(pair) => pair,
+        Err(_) => {
+            drop(sandbox.stop());
+            let _ = std::fs::remove_dir_all(&config.dir);
+            return Ending::SandboxEnded;
+        }
+    };
+    let context = Arc::new(Context {
+        sandbox: Mutex::new(Some(sandbox)),
+        table: Shared::default(),
+        info,
+        stop: AtomicBool::new(false),
+        wake: wake_w,
+    });
+    context.table.lock().last_activity = Some(Instant::now());
+    accept_in_background(listener, Arc::clone(&context), config.owner_uid);
+    let ending = event_loop(&context, &config, &wake_r, owner.as_ref(), signals.as_ref());
+    let sandbox = context
+        .sandbox
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(sandbox) = sandbox {
+        drop(sandbox.stop());
+    }
+    let _ = std::fs::remove_dir_all(&config.dir);
+    sandbox_os::live::flush_cleanup();
+    // Only now is everything gone: waiters (a `stop` request) are told, and get a moment
+    // to say so before the process exits.
+    let mut table = context.table.lock();
+    table.stop();
+    context.table.notify();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while table.stop_waiters > 0 && Instant::now() < deadline {
+        table = context.table.wait(table, Duration::from_millis(20));
+    }
+    ending
+}
+
+fn accept_in_background(listener: UnixListener, context: Arc<Context>, owner_uid: u32) {
+    let spawned = std::thread::Builder::new()
+        .name("strata-live-accept".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                if context.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                // Another user's client learns nothing, not even that the sandbox exists.
+                if !state::peer_allowed(&stream, owner_uid) {
+                    continue;
+                }
+                let context = Arc::clone(&context);
+                let _ = std::thread::Builder::new()
+                    .name("strata-live-client".into())
+                    .spawn(move || connection(stream, &context));
+            }
+        });
+    if spawned.is_err() {
+        tracing::warn!("the live sandbox cannot accept clients: no thread");
+    }
+}
+
+fn event_loop(
+    context: &Context,
+    config: &Config,
+    wake: &OwnedFd,
+    owner: Option<&OwnedFd>,
+    signals: Option<&OwnedFd>,
+) -> Ending {
+    let started = Instant::now();
+    // Own copies of the sandbox's descriptors, to poll without holding its lock.
+    let dups = {
+        let guard = context.sandbox.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map(|sandbox| {
+            (
+                sandbox.events().try_clone_to_owned(),
+                sandbox.helper_events().try_clone_to_owned(),
+            )
+        })
+    };
+    let (Some(Ok(events)), Some(Ok(helper))) = (
+        dups.as_ref().map(|d| d.0.as_ref().map(|fd| fd.as_fd())),
+        dups.as_ref().map(|d| d.1.as_ref().map(|fd| fd.as_fd())),
+    ) else {
+        return Ending::SandboxEnded;
+    };
+    loop {
+        if context.stop.load(Ordering::SeqCst) {
+            return Ending::Stopped;
+        }
+        let now = Instant::now();
+        let mut next = now + Duration::from_secs(3600);
+        if let Some(ttl) = config.ttl {
+            if now >= started + ttl {
+                return Ending::Ttl;
+            }
+            next = next.min(started + ttl);
+        }
+        {
+            let mut table = context.table.lock();
+            if let Some(idle) = config.idle_ttl {
+                let last = table.last_activity.unwrap_or(started);
+                if table.attached == 0 && now >= last + idle {
+                    return Ending::Idle;
+                }
+                next = next.min(if table.attached == 0 {
+                    last + idle
+                } else {
+                    now + idle
+                });
+            }
+            let expired: Vec<i32> = table
+                .procs
+                .iter_mut()
+                .filter(|(_, p)| p.exit.is_none() && p.deadline.is_some_and(|d| now >= d))
+                .map(|(pid, p)| {
+                    p.timed_out = true;
+                    p.deadline = None;
+                    *pid
+                })
+                .collect();
+            next = table
+                .procs
+                .values()
+                .filter_map(|p| p.deadline)
+                .fold(next, Instant::min);
+            drop(table);
+            if let Some(sandbox) = context
+                .sandbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
+                for pid in expired {
+                    let _ = sandbox.signal(pid, libc::SIGKILL);
+                }
+            }
+        }
+        let wait = next.saturating_duration_since(Instant::now());
+        let mut fds = vec![
+            PollFd::new(&events, PollFlags::IN),
+            PollFd::new(&helper, PollFlags::IN),
+            PollFd::new(wake, PollFlags::IN),
+        ];
+        fds.extend(owner.map(|fd| PollFd::new(fd, PollFlags::IN)));
+        fds.extend(signals.map(|fd| PollFd::new(fd, PollFlags::IN)));
+        let timeout = rustix::time::Timespec {
+            tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) | Err(_) => continue,
+            Ok(_) => {}
+        }
+        let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+        drop(fds);
+        if ready[0] && !init_events(context) {
+            return Ending::SandboxEnded;
+        }
+        if ready[1] {
+            let mut guard = context.sandbox.lock().unwrap_or_else(|e| e.into_inner());
+            if guard.as_mut().is_none_or(LiveProcess::ended) {
+                return Ending::SandboxEnded;
+            }
+        }
+        if ready[2] {
+            let mut byte = [0u8; 64];
+            let _ = rustix::io::read(wake, &mut byte);
+        }
+        let mut next_index = 3;
+        if owner.is_some() {
+            if ready[next_index] {
+                return Ending::OwnerGone;
+            }
+            next_index += 1;
+        }
+        if signals.is_some() && ready[next_index] {
+            return Ending::Signal;
+        }
+    }
+}
+
+/// Takes init's events; `false` once init is gone.
+fn init_events(context: &Context) -> bool {
+    let event = {
+        let guard = context.sandbox.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            Some(sandbox) => sandbox.next_event(),
+            None => return false,
+        }
+    };
+    let mut table = context.table.lock();
+    match event {
+        Ok(Some(LiveEvent::Started { id, pid })) => table.started(id, pid),
+        Ok(Some(LiveEvent::ExecFailed { id, program, errno })) => {
+            if let Some(pending) = table.pending.get_mut(&id) {
+                pending.answer = Some(Err(Error::Exec {
+                    program,
+                    source: std::io::Error::from_raw_os_error(errno),
+                }));
+            }
+        }
+        Ok(Some(LiveEvent::Exited { pid, wait_status })) => table.exited(pid, wait_status),
+        Ok(Some(LiveEvent::Refused { message })) => {
+            tracing::warn!("the live sandbox's init refused a request: {message}");
+        }
+        Ok(None) => return false,
+        Err(e) => tracing::warn!("{e}"),
+    }
+    drop(table);
+    context.table.notify();
+    true
+}
+
+/// Serves one client: a request per line, replies as lines.
+fn connection(stream: UnixStream, context: &Arc<Context>) {
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut lines = BufReader::new(read_half);
+    // One writer per connection, shared with the thread that streams a foreground exec, so
+    // replies never interleave inside a line.
+    let out: Out = Arc::new(Mutex::new(stream));
+    let mut line = String::new();
+    let mut foreground: Vec<i32> = Vec::new();
+    loop {
+        line.clear();
+        match lines.read_line(&mut line) {
+            Ok(0) | Err(_) => {
+                cancel_foreground(context, &foreground);
+                return;
+            }
+            Ok(_) => {}
+        }
+        let request: Request = match serde_json::from_str(line.trim_end()) {
+            Ok(request) => request,
+            Err(e) => {
+                let error = Error::invalid(format!("not a live sandbox request: {e}"));
+                if send(
+                    &out,
+                    &Reply::Error {
+                        error: WireError::from(&error),
+                    },
+                )
+                .is_err()
+                {
+                    return;
+                }
+                continue;
+            }
+        };
+        // Looking a sandbox up (`ls`, attach) does not keep it alive; everything else does.
+        if !matches!(request, Request::Info) {
+            context.table.lock().last_activity = Some(Instant::now());
+        }
+        let keep_going = match request {
+            Request::Info => send(
+                &out,
+                &Reply::Info {
+                    info: Box::new(context.info.clone()),
+                },
+            )
+            .is_ok(),
+            Request::Stop => {
+                context.request_stop();
+                // Answered once the sandbox is gone, so `stop` returning means it is.
+                let mut table = context.table.lock();
+                table.stop_waiters += 1;
+                while !table.stopped {
+                    table = context.table.wait(table, Duration::from_millis(100));
+                }
+                drop(table);
+                let _ = send(&out, &Reply::Ok);
+                context.table.lock().stop_waiters -= 1;
+                context.table.notify();
+                false
+            }
+            Request::Exec(request) => exec::exec(context, request, &out, &mut foreground),
+            other => exec::control(context, other, &out),
+        };
+        if !keep_going {
+            return;
+        }
+    }
+}
+
+/// A client that went away cancels the foreground execs it started that still run.
+fn cancel_foreground(context: &Context, pids: &[i32]) {
+    let running: Vec<i32> = {
+        let table = context.table.lock();
+        pids.iter()
+            .copied()
+            .filter(|pid| table.procs.get(pid).is_some_and(|p| p.exit.is_none()))
+            .collect()
+    };
+    if let Some(sandbox) = context
+        .sandbox
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        for pid in running {
+            let _ = sandbox.signal(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// A connection's writing half.
+pub(crate) type Out = Arc<Mutex<UnixStream>>;
+
+/// Writes one reply line.
+pub(crate) fn send(out: &Out, reply: &Reply) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    out.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .write_all(&line)
+}

@@ -1,0 +1,208 @@
+//! The library's live sandboxes on the process backend: owned sandboxes end with their
+//! owner, processes keep their stdin and output between clients, and nothing is left.
+//! Needs `strata-helper` (built with the workspace) and `strata-live` next to the test
+//! binary's directory (cargo builds this crate's binary for its tests).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sandbox_core::Caps;
+use sandbox_live::{ExecRequest, LiveSandbox, ProcessState, StartOptions, Stream};
+
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let deps = exe.parent().expect("deps");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+/// A private (0700) state directory.
+fn state_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    dir
+}
+
+/// Sandbox directories left in `state`.
+fn sandbox_dirs(state: &Path) -> usize {
+    std::fs::read_dir(state)
+        .expect("state")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("sb-"))
+        .count()
+}
+
+fn options(state: &Path) -> StartOptions {
+    let bins = bin_dir();
+    StartOptions {
+        state_dir: Some(state.to_path_buf()),
+        helper: Some(bins.join("strata-helper")),
+        supervisor: Some(bins.join("strata-live")),
+        ..StartOptions::default()
+    }
+}
+
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| {
+            String::from_utf8_lossy(c)
+                .replace('\0', " ")
+                .contains(marker)
+        })
+        .count()
+}
+
+fn marker(tag: u32) -> String {
+    format!("1000.{}{tag}", std::process::id())
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn argv(args: &[&str]) -> ExecRequest {
+    ExecRequest {
+        argv: args.iter().map(|s| s.to_string()).collect(),
+        ..ExecRequest::default()
+    }
+}
+
+#[test]
+fn an_owned_sandbox_ends_when_its_handle_drops_and_leaves_nothing() {
+    let state = state_dir();
+    let sandbox = LiveSandbox::start(&Caps::new(), &options(state.path())).expect("start");
+    let mark = marker(1);
+    let pid = sandbox.spawn(argv(&["sleep", &mark])).expect("spawn");
+    assert!(pid > 1, "{pid}");
+    wait_until("the process runs", || processes_with(&mark) == 1);
+    drop(sandbox);
+    assert_eq!(processes_with(&mark), 0, "nothing survives its owner");
+    assert_eq!(sandbox_dirs(state.path()), 0, "no state left");
+}
+
+#[test]
+fn an_owned_sandbox_ends_when_its_owner_is_killed() {
+    let state = state_dir();
+    let bins = bin_dir();
+    let request = serde_json::json!({
+        "version": sandbox_live::protocol::PROTOCOL_VERSION,
+        "caps": Caps::new(),
+        "strictness": "strict",
+        "backend": "process",
+        "name": null,
+        "ttl_s": null,
+        "idle_ttl_s": null,
+        "owned": true,
+        "helper": bins.join("strata-helper"),
+        "state_dir": state.path(),
+    });
+    // The owner: a process that starts the supervisor, prints its answer and sleeps. It is
+    // killed with SIGKILL, so nothing of it says goodbye; its end of the pipe just closes.
+    let owner_script = format!(
+        "import subprocess,sys,time\np=subprocess.Popen(['{}','serve'],stdin=subprocess.PIPE,stdout=subprocess.PIPE)\np.stdin.write(sys.argv[1].encode()+b'\\n'); p.stdin.flush()\nsys.stdout.write(p.stdout.readline().decode()); sys.stdout.flush()\ntime.sleep(1000)",
+        bins.join("strata-live").display()
+    );
+    let mut owner = Command::new("/usr/bin/python3")
+        .args(["-c", &owner_script, &request.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("owner");
+    // The reader stays open until the owner is killed: the owner must die by the kill,
+    // not by writing to a closed pipe.
+    let mut owner_out = std::io::BufReader::new(owner.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut owner_out, &mut line).expect("answer");
+    let answer: serde_json::Value = serde_json::from_str(&line).expect("json answer");
+    let id = answer["ok"]["id"].as_str().expect("started").to_string();
+    let sandbox = LiveSandbox::attach_in(state.path(), &id).expect("attach");
+    let mark = marker(2);
+    sandbox.spawn(argv(&["sleep", &mark])).expect("spawn");
+    wait_until("the process runs", || processes_with(&mark) == 1);
+    owner.kill().expect("kill the owner");
+    let _ = owner.wait();
+    drop(owner_out);
+    wait_until("the sandbox ends with its owner", || {
+        processes_with(&mark) == 0
+    });
+    wait_until("its state is removed", || sandbox_dirs(state.path()) == 0);
+}
+
+#[test]
+fn a_detached_process_keeps_its_stdin_and_output_for_any_client() {
+    let state = state_dir();
+    let sandbox = LiveSandbox::start(&Caps::new(), &options(state.path())).expect("start");
+    let mut request = argv(&["sh", "-c", "read line; echo \"got $line\"; cat >&2"]);
+    request.stdin = true;
+    let pid = sandbox.spawn(request).expect("spawn");
+    // Another client (a second handle) writes and closes its stdin.
+    let other = LiveSandbox::attach_in(state.path(), sandbox.id()).expect("attach");
+    other.write_stdin(pid, b"hello\nrest").expect("write");
+    other.close_stdin(pid).expect("close");
+    let exit = other.wait(pid).expect("wait");
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let ended = sandbox
+        .logs(pid, true, |stream, bytes| match stream {
+            Stream::Stdout => out.extend_from_slice(bytes),
+            Stream::Stderr => err.extend_from_slice(bytes),
+        })
+        .expect("logs");
+    assert!(ended.is_some());
+    assert_eq!(String::from_utf8_lossy(&out), "got hello\n");
+    assert_eq!(String::from_utf8_lossy(&err), "rest");
+    let listed = sandbox.ps().expect("ps");
+    assert_eq!(listed[0].state, ProcessState::Exited);
+    assert!(matches!(
+        sandbox.write_stdin(pid, b"late"),
+        Err(e) if e.kind() == sandbox_core::ErrorKind::InvalidRequest
+    ));
+    sandbox.stop().expect("stop");
+}
+
+#[test]
+fn a_foreground_exec_streams_its_output_and_takes_stdin() {
+    let state = state_dir();
+    let sandbox = LiveSandbox::start(&Caps::new(), &options(state.path())).expect("start");
+    let mut seen = Vec::new();
+    let input: Box<dyn std::io::Read + Send> = Box::new(std::io::Cursor::new(b"abc".to_vec()));
+    let exit = sandbox
+        .exec(argv(&["tr", "a-z", "A-Z"]), Some(input), |stream, bytes| {
+            assert_eq!(stream, Stream::Stdout);
+            seen.extend_from_slice(bytes);
+        })
+        .expect("exec");
+    assert_eq!(exit.exit_code, Some(0));
+    assert_eq!(seen, b"ABC");
+    let missing = sandbox.exec(argv(&["no-such-program-here"]), None, |_, _| {});
+    assert!(
+        matches!(&missing, Err(sandbox_core::Error::Exec { program, .. }) if program == "no-such-program-here"),
+        "{missing:?}"
+    );
+    let mut env_request = argv(&["sh", "-c", "echo $GREETING; pwd"]);
+    env_request.env.insert("GREETING".into(), "hi".into());
+    env_request.workdir = Some("/tmp".into());
+    let mut out = Vec::new();
+    sandbox
+        .exec(env_request, None, |_, bytes| out.extend_from_slice(bytes))
+        .expect("exec env");
+    assert_eq!(String::from_utf8_lossy(&out), "hi\n/tmp\n");
+    let mut bad = argv(&["true"]);
+    bad.env.insert("BAD NAME".into(), "x".into());
+    assert!(sandbox.exec(bad, None, |_, _| {}).is_err());
+    let _ = std::io::stdout().flush();
+    sandbox.stop().expect("stop");
+}

@@ -1,0 +1,33 @@
+//! Live sandboxes: one sandbox that stays up for a task, its processes, and the supervisor
+//! that holds it ([`sandbox_live`]; see `docs/live.md`).
+
+pub use sandbox_live::protocol::{ExecRequest, ExitInfo, ProcessInfo, ProcessState, SandboxInfo};
+pub use sandbox_live::{LiveSandbox, StartOptions, Stream, SUPERVISOR_NAME};
+
+use sandbox_core::{Caps, Error, Result};
+
+use crate::Sandbox;
+
+impl Sandbox {
+    /// Starts a live sandbox with `caps`, this sandbox's strictness and helper, and the rest
+    /// of `options` (default: owned, so it ends when the returned handle drops or this
+    /// process dies; process backend; no TTL).
+    ///
+    /// # Errors
+    /// As [`LiveSandbox::start`]; [`Error::InvalidRequest`] when this sandbox has a tier,
+    /// an approver or an audit log, which live sandboxes do not apply yet (refused rather
+    /// than ignored).
+    pub fn start(&self, caps: &Caps, options: StartOptions) -> Result<LiveSandbox> {
+        if self.has_policy() {
+            return Err(Error::invalid(
+                "live sandboxes do not apply tiers, approvers or audit logs yet: start one from a sandbox without them",
+            ));
+        }
+        let mut options = options;
+        options.strictness = self.strictness();
+        if options.helper.is_none() {
+            options.helper = self.helper_path().map(Into::into);
+        }
+        LiveSandbox::start(caps, &options)
+    }
+}
