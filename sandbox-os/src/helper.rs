@@ -880,14 +880,7 @@ fn init_run(
     // Then everything the tool left running: as pid 1, kill(-1) reaches every other
     // process of this pid namespace. Reaped here, so the run's end is reported only when
     // nothing of it is alive.
-    let _ = sys::kill(-1, libc::SIGKILL);
-    loop {
-        match sys::wait4(-1, libc::__WALL) {
-            Ok(Some(_)) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            _ => break,
-        }
-    }
+    sys::kill_all_and_reap();
     let all = sys::children_usage();
     let scratch_full = built
         .scratch

@@ -64,14 +64,7 @@ pub(crate) fn serve(spec: &Spec, channel: &OwnedFd) {
         }
     }
     // The host is gone: nothing of the sandbox may outlive it.
-    let _ = sys::kill(-1, libc::SIGKILL);
-    loop {
-        match sys::wait4(-1, libc::__WALL) {
-            Ok(Some(_)) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            _ => break,
-        }
-    }
+    sys::kill_all_and_reap();
 }
 
 /// Reaps every child that ended; reports the execs' main processes.

@@ -10,6 +10,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
 
+mod live;
+pub use live::*;
+
 /// Converts a path to a C string, refusing interior NUL bytes.
 pub fn cstring(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
@@ -157,7 +160,7 @@ pub fn spawn_with_fds(program: &Path, argv: &[&str], fds: &[RawFd]) -> io::Resul
     result
 }
 
-fn empty_sigset() -> libc::sigset_t {
+pub(super) fn empty_sigset() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; zeroed is a valid (empty) value that sigemptyset fixes up.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid pointer.
@@ -910,71 +913,6 @@ pub fn reset_signals() {
     let set = empty_sigset();
     // SAFETY: valid sigset pointer; null old-set pointer is allowed.
     unsafe { libc::sigprocmask(libc::SIG_SETMASK, &set, ptr::null_mut()) };
-}
-
-/// Blocks `signals` in the calling thread (threads it starts inherit the mask) and returns
-/// a close-on-exec, non-blocking signalfd that is readable when one is pending.
-pub fn signal_fd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
-    let mut set = empty_sigset();
-    for signal in signals {
-        // SAFETY: `set` is a valid sigset and `signal` a signal number.
-        unsafe { libc::sigaddset(&mut set, *signal) };
-    }
-    // SAFETY: valid sigset pointer; null old-set pointer is allowed.
-    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: -1 asks for a new signalfd for the valid `set`.
-    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: signalfd returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// [`signal_fd`] for `SIGCHLD`: readable when a child changed state.
-pub fn sigchld_fd() -> io::Result<OwnedFd> {
-    signal_fd(&[libc::SIGCHLD])
-}
-
-/// Reads and discards whatever a non-blocking descriptor holds (a signalfd's records).
-pub fn drain(fd: RawFd) {
-    let mut buf = [0u8; 1024];
-    while matches!(read(fd, &mut buf), Ok(n) if n > 0) {}
-}
-
-/// A `pollfd` waiting for `fd` to be readable.
-pub fn pollfd_in(fd: RawFd) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }
-}
-
-/// Makes `stdio` (stdin, stdout, stderr) this process's fds 0, 1 and 2. The sources may
-/// themselves be any of 0-2 (a process that closed its stdio gets them back for the next
-/// descriptors it receives), so each is first copied above 2, then moved down.
-pub fn onto_stdio(stdio: [OwnedFd; 3]) -> io::Result<()> {
-    let mut high = Vec::with_capacity(3);
-    for fd in &stdio {
-        // SAFETY: F_DUPFD_CLOEXEC of an open descriptor returns a new one >= 3.
-        let copy = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-        if copy < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fcntl returned a new descriptor that nothing else owns.
-        high.push(unsafe { OwnedFd::from_raw_fd(copy) });
-    }
-    drop(stdio);
-    for (target, fd) in high.iter().enumerate() {
-        // SAFETY: dup2 of an open descriptor onto 0..=2; whatever was there is replaced.
-        if unsafe { libc::dup2(fd.as_raw_fd(), target as RawFd) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// Ignores `signal` in the calling process.
