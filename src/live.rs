@@ -1,8 +1,10 @@
 //! Live sandboxes: one sandbox that stays up for a task, its processes, and the supervisor
 //! that holds it ([`sandbox_live`]; see `docs/live.md`).
 
-pub use sandbox_live::protocol::{ExecRequest, ExitInfo, ProcessInfo, ProcessState, SandboxInfo};
-pub use sandbox_live::{LiveSandbox, StartOptions, Stream, SUPERVISOR_NAME};
+pub use sandbox_live::protocol::{
+    ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
+};
+pub use sandbox_live::{LiveSandbox, PauseMethod, StartOptions, Stream, SUPERVISOR_NAME};
 
 use sandbox_core::{Caps, Error, Result};
 

@@ -41,7 +41,8 @@ pub enum Command {
     Live(LiveCommand),
 }
 
-/// Live sandboxes: `strata start`, then `exec`, `ps`, `logs`, `kill`, `stop`, `ls`.
+/// Live sandboxes: `strata start`, then `exec`, `ps`, `logs`, `kill`, `pause`, `resume`,
+/// `stop`, `ls`.
 #[derive(Debug, Subcommand)]
 pub enum LiveCommand {
     /// Start a live sandbox (default backend: process) with the caps of `strata run`'s
@@ -85,6 +86,17 @@ pub enum LiveCommand {
         /// The sandbox's id or name.
         id: String,
     },
+    /// Pause every process of a live sandbox (the cgroup freezer where there is one):
+    /// nothing runs and its TTLs stand still until `strata resume`; `logs` and `ps` work.
+    Pause {
+        /// The sandbox's id or name.
+        id: String,
+    },
+    /// Resume a paused live sandbox.
+    Resume {
+        /// The sandbox's id or name.
+        id: String,
+    },
     /// List your live sandboxes.
     Ls {
         /// Print JSON.
@@ -108,6 +120,11 @@ pub struct StartArgs {
     /// A name to use instead of the id (unique among your live sandboxes).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Publish a TCP port the tool listens on inside to the host: `[IP:]HOST_PORT:GUEST_PORT`,
+    /// or `GUEST_PORT` alone (loopback, a free host port; `--json` and `strata ls --json`
+    /// show it). Default IP 127.0.0.1. Only that port is reachable; egress is unchanged.
+    #[arg(long, value_name = "[IP:]HOST:GUEST")]
+    pub publish: Vec<String>,
 }
 
 /// `strata exec`.

@@ -1,4 +1,4 @@
-//! `strata start | exec | ps | logs | kill | stop | ls`: live sandboxes (see
+//! `strata start | exec | ps | logs | kill | pause | resume | stop | ls`: live sandboxes (see
 //! `docs/live.md`). `start` prints the id and returns; the sandbox is held by its own
 //! supervisor until `stop`, its TTLs, or a stop signal to that supervisor.
 
@@ -22,6 +22,8 @@ pub fn main(command: LiveCommand) -> ExitCode {
         LiveCommand::Logs { id, pid, follow } => logs(&id, pid, follow),
         LiveCommand::Kill { id, pid, signal } => kill(&id, pid, &signal),
         LiveCommand::Stop { id } => stop(&id),
+        LiveCommand::Pause { id } => pause(&id),
+        LiveCommand::Resume { id } => resume(&id),
         LiveCommand::Ls { json } => ls(json),
     }
 }
@@ -36,6 +38,7 @@ fn start(args: StartArgs) -> ExitCode {
                     "id": sandbox.id(),
                     "name": sandbox.info().name,
                     "backend": sandbox.info().backend,
+                    "ports": sandbox.info().ports,
                     "receipt": sandbox.info().receipt,
                 })
                 .to_string()
@@ -56,7 +59,12 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
         ttl,
         idle_ttl,
         name,
+        publish,
     } = args;
+    let publish = publish
+        .iter()
+        .map(|text| strata::live::PublishRequest::parse(text))
+        .collect::<strata::Result<Vec<_>>>()?;
     if !run.command.is_empty() {
         return Err(Error::invalid(
             "strata start takes no program: start the sandbox, then `strata exec ID -- PROGRAM`",
@@ -104,6 +112,7 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
         ttl: seconds("ttl", ttl)?,
         idle_ttl: seconds("idle-ttl", idle_ttl)?,
         owned: false,
+        publish,
         ..StartOptions::default()
     };
     LiveSandbox::start(&request.caps, &options)
@@ -341,6 +350,25 @@ fn stop(id: &str) -> ExitCode {
     }
 }
 
+fn pause(id: &str) -> ExitCode {
+    match LiveSandbox::attach(id).and_then(|sandbox| sandbox.pause()) {
+        Ok(method) => {
+            if method == strata::live::PauseMethod::Signals {
+                say(&format!("paused with stop signals ({})", method.describe()));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e, false),
+    }
+}
+
+fn resume(id: &str) -> ExitCode {
+    match LiveSandbox::attach(id).and_then(|sandbox| sandbox.resume()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e, false),
+    }
+}
+
 fn ls(json: bool) -> ExitCode {
     let list = match LiveSandbox::list() {
         Ok(list) => list,
@@ -358,6 +386,9 @@ fn ls(json: bool) -> ExitCode {
                     "started_at": info.started_at,
                     "ttl_s": info.ttl_s,
                     "idle_ttl_s": info.idle_ttl_s,
+                    "state": if info.paused { "paused" } else { "running" },
+                    "ports": info.ports,
+                    "cpu_us": info.cpu_us,
                 })
             })
             .collect();
@@ -365,11 +396,22 @@ fn ls(json: bool) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     for info in list {
+        let ports: Vec<String> = info
+            .ports
+            .iter()
+            .map(|p| format!("{}:{}->{}", p.host_ip, p.host_port, p.guest_port))
+            .collect();
         let _ = writeln!(
             stdout,
-            "{}  {}  {}",
+            "{}  {}  {}  {}  {}",
             info.id,
             info.backend,
+            if info.paused { "paused" } else { "running" },
+            if ports.is_empty() {
+                "-".to_string()
+            } else {
+                ports.join(",")
+            },
             info.name.as_deref().unwrap_or("-")
         );
     }

@@ -560,13 +560,206 @@ fn an_unprivileged_caller_gets_a_live_sandbox_that_ends_completely() {
     wait_until("the detached process runs", Duration::from_secs(10), || {
         !processes_with(&mark).is_empty()
     });
+    // Without a cgroup it pauses with stop signals: its output stands still until resumed.
+    let busy_mark = marker();
+    let out = as_nobody(&["exec", &id, "--detach", "--", "sh", "-c", BUSY, &busy_mark]);
+    assert!(out.status.success(), "busy: {}", text(&out.stderr));
+    let busy = text(&out.stdout).trim().to_string();
+    let logs = || text(&as_nobody(&["logs", &id, &busy]).stdout);
+    wait_until("the loop prints", Duration::from_secs(20), || {
+        !logs().is_empty()
+    });
+    let out = as_nobody(&["pause", &id]);
+    assert!(out.status.success(), "pause: {}", text(&out.stderr));
+    std::thread::sleep(Duration::from_millis(300));
+    let before = logs();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(logs(), before, "no output while paused");
+    let out = as_nobody(&["resume", &id]);
+    assert!(out.status.success(), "resume: {}", text(&out.stderr));
+    wait_until("the loop prints again", Duration::from_secs(20), || {
+        logs().len() > before.len()
+    });
     let out = as_nobody(&["stop", &id]);
     assert!(out.status.success(), "stop: {}", text(&out.stderr));
     assert!(processes_with(&mark).is_empty(), "nothing survives stop");
+    assert!(
+        processes_with(&busy_mark).is_empty(),
+        "nothing survives stop"
+    );
     let left: Vec<_> = std::fs::read_dir(&state)
         .expect("state")
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("sb-"))
         .collect();
     assert!(left.is_empty(), "no sandbox state left");
+}
+
+/// The `ls --json` entry of sandbox `id`.
+fn listed(live: &Live, id: &str) -> serde_json::Value {
+    let out = live.strata(&["ls", "--json"]);
+    assert!(out.status.success(), "ls: {}", text(&out.stderr));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ls json");
+    list.as_array()
+        .expect("array")
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("{id} listed: {list}"))
+        .clone()
+}
+
+/// A shell loop that burns CPU and prints a counter now and then; `mark` finds it.
+const BUSY: &str = "i=0; while :; do i=$((i+1)); [ $((i % 5000)) = 0 ] && echo $i; done";
+
+/// As root the sandbox has a cgroup with a freezer: a paused sandbox uses no CPU at all (the
+/// cgroup's usage stands still), writes no output, refuses new execs, still shows its
+/// logs, and resumes with its files and processes intact; stopping a paused sandbox leaves
+/// nothing.
+#[test]
+fn a_paused_sandbox_uses_no_cpu_and_resumes_intact() {
+    let live = Live::new();
+    let id = live.start(&[]);
+    let out = live.strata(&["exec", &id, "--", "sh", "-c", "echo intact > /tmp/state"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mark = marker();
+    let out = live.strata(&["exec", &id, "--detach", "--", "sh", "-c", BUSY, &mark]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pid = text(&out.stdout).trim().to_string();
+    let logs = |live: &Live| text(&live.strata(&["logs", &id, &pid]).stdout);
+    wait_until("the loop prints", Duration::from_secs(20), || {
+        !logs(&live).is_empty()
+    });
+    let out = live.strata(&["pause", &id]);
+    assert!(out.status.success(), "pause: {}", text(&out.stderr));
+    let entry = listed(&live, &id);
+    assert_eq!(entry["state"], "paused", "{entry}");
+    let frozen = nix_root();
+    std::thread::sleep(Duration::from_millis(300));
+    let (cpu_before, logs_before) = (listed(&live, &id)["cpu_us"].as_u64(), logs(&live));
+    std::thread::sleep(Duration::from_secs(1));
+    let (cpu_after, logs_after) = (listed(&live, &id)["cpu_us"].as_u64(), logs(&live));
+    assert_eq!(logs_before, logs_after, "no output while paused");
+    if frozen {
+        let (before, after) = (cpu_before.expect("cpu_us"), cpu_after.expect("cpu_us"));
+        assert!(
+            after - before < 10_000,
+            "a frozen sandbox used {} µs of CPU in a second",
+            after - before
+        );
+    }
+    let out = live.strata(&["exec", &id, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "exec while paused");
+    assert!(
+        text(&out.stderr).contains("paused"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = live.strata(&["resume", &id]);
+    assert!(out.status.success(), "resume: {}", text(&out.stderr));
+    assert_eq!(listed(&live, &id)["state"], "running");
+    wait_until("the loop prints again", Duration::from_secs(20), || {
+        logs(&live).len() > logs_after.len()
+    });
+    if frozen {
+        let cpu = listed(&live, &id)["cpu_us"].as_u64().expect("cpu_us");
+        assert!(cpu > cpu_after.expect("cpu_us"), "it runs again");
+    }
+    let out = live.strata(&["exec", &id, "--", "cat", "/tmp/state"]);
+    assert_eq!(text(&out.stdout), "intact\n", "{}", text(&out.stderr));
+    // Stopping a paused sandbox ends it completely too.
+    assert!(live.strata(&["pause", &id]).status.success());
+    let out = live.strata(&["stop", &id]);
+    assert!(out.status.success(), "stop: {}", text(&out.stderr));
+    assert!(processes_with(&mark).is_empty(), "nothing survives stop");
+    assert!(live.sandbox_dirs().is_empty());
+}
+
+/// A one-connection-at-a-time TCP server inside the sandbox that answers `reply` on
+/// `127.0.0.1:port`.
+fn server(port: u16, reply: &str) -> String {
+    format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('127.0.0.1',{port}))\ns.listen(8)\nwhile True:\n  c,_=s.accept()\n  c.sendall(b'{reply}')\n  c.close()\n"
+    )
+}
+
+/// Reads what the server at `address` sends, if it accepts.
+fn fetch(address: &str) -> Option<String> {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// `--publish` with the default `--net none`: the host port reaches the one port inside
+/// (not another server of the sandbox), the receipt and `ls` list it, the sandbox still
+/// cannot reach the host (its egress is unchanged), and the host port closes with `stop`.
+#[test]
+fn a_published_port_reaches_only_that_port_and_opens_no_egress() {
+    let live = Live::new();
+    let out = live.strata(&["start", "--publish", "8000", "--json"]);
+    assert!(out.status.success(), "start: {}", text(&out.stderr));
+    let started: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let id = started["id"].as_str().expect("id").to_string();
+    let ports = started["ports"].as_array().expect("ports").clone();
+    assert_eq!(ports.len(), 1, "{started}");
+    assert_eq!(ports[0]["guest_port"], 8000);
+    assert_eq!(ports[0]["host_ip"], "127.0.0.1");
+    let host_port = ports[0]["host_port"].as_u64().expect("host port");
+    let receipt = started["receipt"].to_string();
+    assert!(
+        receipt.contains(&format!(
+            "127.0.0.1:{host_port} on the host reaches 127.0.0.1:8000"
+        )),
+        "{receipt}"
+    );
+    let address = format!("127.0.0.1:{host_port}");
+    // Nothing listens inside yet: the connection is closed without an answer.
+    assert_eq!(fetch(&address).unwrap_or_default(), "");
+    for (port, reply) in [(8000, "published"), (8001, "private")] {
+        let code = server(port, reply);
+        let out = live.strata(&["exec", &id, "--detach", "--", "python3", "-c", &code]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    wait_until(
+        "the published server answers",
+        Duration::from_secs(30),
+        || fetch(&address).as_deref() == Some("published"),
+    );
+    for _ in 0..5 {
+        assert_eq!(fetch(&address).as_deref(), Some("published"));
+    }
+    assert_eq!(
+        listed(&live, &id)["ports"].as_array().map(Vec::len),
+        Some(1)
+    );
+    // The sandbox's own network is unchanged: from inside, the host's listener is not
+    // there (its loopback is the sandbox's own).
+    let probe = format!(
+        "import socket,sys\ntry:\n  socket.create_connection(('127.0.0.1',{host_port}),timeout=3)\n  sys.exit(0)\nexcept OSError:\n  sys.exit(7)\n"
+    );
+    let out = live.strata(&["exec", &id, "--", "python3", "-c", &probe]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    let out = live.strata(&["stop", &id]);
+    assert!(out.status.success(), "stop: {}", text(&out.stderr));
+    assert!(
+        std::net::TcpStream::connect(&address).is_err(),
+        "the host port is closed with the sandbox"
+    );
+}
+
+#[test]
+fn a_bad_publish_flag_is_refused_and_nothing_starts() {
+    let live = Live::new();
+    for bad in ["0", "80:0", "host:1:2", "99999"] {
+        let out = live.strata(&["start", "--publish", bad]);
+        assert_eq!(out.status.code(), Some(2), "--publish {bad}");
+        assert!(
+            text(&out.stderr).contains("--publish"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    assert!(live.sandbox_dirs().is_empty());
 }

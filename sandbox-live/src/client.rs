@@ -12,11 +12,12 @@ use serde::{Deserialize, Serialize};
 use sandbox_core::{BackendKind, Caps, Error, Result, Strictness};
 
 use crate::protocol::{
-    decode, encode, ExecRequest, ExitInfo, ProcessInfo, Reply, Request, SandboxInfo, WireError,
-    PROTOCOL_VERSION,
+    decode, encode, ExecRequest, ExitInfo, ProcessInfo, PublishRequest, PublishedPort, Reply,
+    Request, SandboxInfo, WireError, PROTOCOL_VERSION,
 };
 use crate::ring::Stream;
 use crate::state;
+use sandbox_os::live::PauseMethod;
 
 /// The supervisor binary's name.
 pub const SUPERVISOR_NAME: &str = "strata-live";
@@ -45,6 +46,9 @@ pub struct StartRequest {
     pub helper: Option<PathBuf>,
     /// The state directory.
     pub state_dir: PathBuf,
+    /// Ports to publish from the start.
+    #[serde(default)]
+    pub publish: Vec<PublishRequest>,
 }
 
 /// The supervisor's one-line answer to a [`StartRequest`].
@@ -80,6 +84,8 @@ pub struct StartOptions {
     pub supervisor: Option<PathBuf>,
     /// The state directory. Default: [`state::state_dir`].
     pub state_dir: Option<PathBuf>,
+    /// Ports to publish from the start (see [`LiveSandbox::publish`]). Default: none.
+    pub publish: Vec<PublishRequest>,
 }
 
 impl Default for StartOptions {
@@ -94,6 +100,7 @@ impl Default for StartOptions {
             helper: None,
             supervisor: None,
             state_dir: None,
+            publish: Vec::new(),
         }
     }
 }
@@ -197,6 +204,7 @@ impl LiveSandbox {
             owned: options.owned,
             helper: options.helper.clone(),
             state_dir: state_dir.clone(),
+            publish: options.publish.clone(),
         };
         let mut child = std::process::Command::new(&supervisor)
             .arg("serve")
@@ -420,6 +428,55 @@ impl LiveSandbox {
     /// No such process.
     pub fn close_stdin(&self, pid: i32) -> Result<()> {
         self.ok(&Request::CloseStdin { pid })
+    }
+
+    /// The sandbox as it is now (paused or not, its published ports, the CPU time it
+    /// used), asked of its supervisor. Does not count as activity for the idle TTL.
+    ///
+    /// # Errors
+    /// The sandbox is gone.
+    pub fn refresh(&self) -> Result<SandboxInfo> {
+        match self.request(&Request::Info)? {
+            Reply::Info { info } => Ok(*info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Pauses every process of the sandbox: none runs until [`LiveSandbox::resume`], its
+    /// TTLs and exec timeouts stop counting, output stays readable (`logs`, `ps`) and new
+    /// execs are refused. Returns how it was paused (the cgroup freezer where there is
+    /// one, else stop signals).
+    ///
+    /// # Errors
+    /// The sandbox is gone, or its cgroup did not freeze (it keeps running).
+    pub fn pause(&self) -> Result<PauseMethod> {
+        match self.request(&Request::Pause)? {
+            Reply::Paused { method } => Ok(method),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Resumes a paused sandbox (a running one is left as it is).
+    ///
+    /// # Errors
+    /// The sandbox is gone, or its cgroup did not thaw.
+    pub fn resume(&self) -> Result<()> {
+        self.ok(&Request::Resume)
+    }
+
+    /// Publishes a TCP port the tool listens on inside (on `127.0.0.1` or every address)
+    /// to a host address: loopback and a port the kernel chooses unless `request` says
+    /// otherwise. Only that port of the sandbox becomes reachable, and the sandbox's
+    /// egress is unchanged. At most [`crate::ports::MAX_PORTS`] per sandbox.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] for port 0 inside, a host address that cannot be listened
+    /// on, or too many ports.
+    pub fn publish(&self, request: &PublishRequest) -> Result<PublishedPort> {
+        match self.request(&Request::Publish(request.clone()))? {
+            Reply::Published { port } => Ok(port),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Ends the sandbox: every process, its namespaces, cgroup and state; returns once

@@ -130,6 +130,11 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
         if table.stopped {
             return Err(Error::invalid("the sandbox has stopped"));
         }
+        if table.paused_since.is_some() {
+            return Err(Error::invalid(
+                "the sandbox is paused: resume it before starting a process",
+            ));
+        }
         if table.running() >= MAX_RUNNING {
             return Err(Error::invalid(format!(
                 "the sandbox already runs {MAX_RUNNING} execs; wait for some to end"
@@ -356,7 +361,12 @@ pub(crate) fn control(context: &Arc<Context>, request: Request, out: &Out) -> bo
                 no_process(out, pid)
             }
         }
-        Request::Info | Request::Exec(_) | Request::Stop => Ok(()),
+        Request::Info
+        | Request::Exec(_)
+        | Request::Stop
+        | Request::Pause
+        | Request::Resume
+        | Request::Publish(_) => Ok(()),
     };
     result.is_ok()
 }

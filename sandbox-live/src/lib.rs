@@ -9,7 +9,8 @@
 //! clients of the same user (or root, checked with `SO_PEERCRED`), keeps each process's
 //! output in a bounded ring ([`ring`]) so another client can follow it, and ends the sandbox
 //! at `stop`, its TTL or idle TTL, or its owner's death (owned sandboxes, the library's
-//! default). The wire protocol is [`protocol`]: JSON lines, typed errors.
+//! default). It pauses and resumes the sandbox, and publishes ports ([`ports`]). The wire
+//! protocol is [`protocol`]: JSON lines, typed errors.
 //!
 //! Why a crate: the supervisor, its protocol and the client are shared by the facade, the
 //! CLI and the bindings, and need the process backend but none of the other backends.
@@ -20,6 +21,7 @@
 
 pub mod client;
 mod exec;
+pub mod ports;
 pub mod protocol;
 pub mod ring;
 pub mod server;
@@ -28,5 +30,8 @@ pub mod supervisor;
 mod table;
 
 pub use client::{LiveSandbox, StartOptions, SUPERVISOR_NAME};
-pub use protocol::{ExecRequest, ExitInfo, ProcessInfo, ProcessState, SandboxInfo};
+pub use protocol::{
+    ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
+};
 pub use ring::Stream;
+pub use sandbox_os::live::PauseMethod;

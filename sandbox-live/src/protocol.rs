@@ -57,8 +57,83 @@ pub enum Request {
         /// The process.
         pid: i32,
     },
+    /// Pauses every process of the sandbox (its TTLs and exec timeouts stop counting);
+    /// output stays readable, new execs are refused until `resume`.
+    Pause,
+    /// Resumes a paused sandbox.
+    Resume,
+    /// Forwards a host address to a TCP port inside the sandbox.
+    Publish(PublishRequest),
     /// Ends the sandbox: every process, its namespaces and cgroup, its state directory.
     Stop,
+}
+
+/// A port to publish: connections to `host_ip:host_port` on the host reach
+/// `127.0.0.1:guest_port` inside the sandbox, and nothing else of it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PublishRequest {
+    /// The port the tool listens on inside (on `127.0.0.1` or every address).
+    pub guest_port: u16,
+    /// The host address to listen on. Default: `127.0.0.1`.
+    #[serde(default)]
+    pub host_ip: Option<std::net::IpAddr>,
+    /// The host port. Default: one the kernel chooses.
+    #[serde(default)]
+    pub host_port: Option<u16>,
+}
+
+impl PublishRequest {
+    /// Parses the CLI's `[IP:]HOST:GUEST` (or `GUEST` alone: a port the kernel chooses on
+    /// loopback). An IPv6 address goes in brackets: `[::1]:8080:80`.
+    ///
+    /// # Errors
+    /// Text that is not of that shape, or port 0 inside.
+    pub fn parse(text: &str) -> Result<PublishRequest, Error> {
+        let bad = |why: &str| {
+            Error::invalid(format!(
+                "--publish {text:?}: {why} (expected [IP:]HOST_PORT:GUEST_PORT or GUEST_PORT)"
+            ))
+        };
+        let port = |p: &str| p.parse::<u16>().map_err(|_| bad("a port is 0-65535"));
+        let (front, guest) = match text.rsplit_once(':') {
+            Some((front, guest)) => (Some(front), port(guest)?),
+            None => (None, port(text)?),
+        };
+        if guest == 0 {
+            return Err(bad("the port inside cannot be 0"));
+        }
+        let (host_ip, host_port) = match front {
+            None => (None, None),
+            Some(front) => match front.rsplit_once(':') {
+                None => (None, Some(port(front)?)),
+                Some((ip, host)) => {
+                    let ip = ip.trim_start_matches('[').trim_end_matches(']');
+                    let ip = ip
+                        .parse::<std::net::IpAddr>()
+                        .map_err(|_| bad("the host address is not an IP address"))?;
+                    (Some(ip), Some(port(host)?))
+                }
+            },
+        };
+        Ok(PublishRequest {
+            guest_port: guest,
+            host_ip,
+            host_port: host_port.filter(|p| *p != 0),
+        })
+    }
+}
+
+/// A published port.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedPort {
+    /// The host address it listens on.
+    pub host_ip: std::net::IpAddr,
+    /// The host port.
+    pub host_port: u16,
+    /// The port inside the sandbox it reaches.
+    pub guest_port: u16,
 }
 
 /// A command to run in a live sandbox.
@@ -160,8 +235,17 @@ pub struct SandboxInfo {
     pub idle_ttl_s: Option<u64>,
     /// Whether it ends when the process that started it does.
     pub owned: bool,
-    /// What was enforced, for every exec.
+    /// What was enforced, for every exec (with a line per published port).
     pub receipt: Receipt,
+    /// Whether it is paused now.
+    #[serde(default)]
+    pub paused: bool,
+    /// Its published ports.
+    #[serde(default)]
+    pub ports: Vec<PublishedPort>,
+    /// CPU time its processes used so far, microseconds, when its cgroup counts it.
+    #[serde(default)]
+    pub cpu_us: Option<u64>,
 }
 
 /// Supervisor to client.
@@ -196,6 +280,16 @@ pub enum Reply {
     Exited {
         /// How.
         exit: ExitInfo,
+    },
+    /// Answer to `pause`.
+    Paused {
+        /// How it is paused.
+        method: sandbox_os::live::PauseMethod,
+    },
+    /// Answer to `publish`.
+    Published {
+        /// The port.
+        port: PublishedPort,
     },
     /// Answer to `ps`.
     Processes {
@@ -378,6 +472,34 @@ mod tests {
             assert_eq!(back.kind(), error.kind(), "{line}");
             assert_eq!(back.setup_stage(), error.setup_stage());
             assert_eq!(back.to_string(), error.to_string());
+        }
+    }
+
+    #[test]
+    fn publish_flags_parse_and_bad_ones_are_refused() {
+        let parse = |t: &str| PublishRequest::parse(t).expect(t);
+        assert_eq!(parse("8000").guest_port, 8000);
+        assert_eq!(parse("8000").host_port, None);
+        let both = parse("9000:80");
+        assert_eq!(
+            (both.host_ip, both.host_port, both.guest_port),
+            (None, Some(9000), 80)
+        );
+        let ip = parse("0.0.0.0:9000:80");
+        assert_eq!(ip.host_ip, Some("0.0.0.0".parse().expect("ip")));
+        let v6 = parse("[::1]:9000:80");
+        assert_eq!(v6.host_ip, Some("::1".parse().expect("ip")));
+        for bad in [
+            "",
+            "0",
+            "x:80",
+            "9000:70000",
+            "host:9000:80",
+            "1:2:3:4",
+            "80:0",
+        ] {
+            let err = PublishRequest::parse(bad).expect_err(bad);
+            assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest, "{bad}");
         }
     }
 

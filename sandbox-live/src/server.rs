@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandbox_core::Error;
+use sandbox_core::{Capability, Error, Mechanism};
 use sandbox_os::live::{LiveEvent, LiveProcess};
 
 use crate::exec;
-use crate::protocol::{Reply, Request, SandboxInfo, WireError};
+use crate::protocol::{PublishedPort, Reply, Request, SandboxInfo, WireError};
 use crate::state;
 use crate::table::Shared;
 
@@ -38,6 +38,9 @@ pub struct Config {
     /// The uid whose clients may connect (root may too).
     pub owner_uid: u32,
 }
+
+/// Ports bound when the sandbox started ([`crate::ports::bind`]), served from the start.
+pub type StartPorts = Vec<(std::net::TcpListener, crate::protocol::PublishedPort)>;
 
 /// Why the sandbox ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +73,31 @@ impl Context {
     /// Asks the loop to end the sandbox.
     pub(crate) fn request_stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = rustix::io::write(&self.wake, b"s");
+        self.wake_loop();
+    }
+
+    /// Makes the loop look at its clocks again (they changed: a pause or resume).
+    pub(crate) fn wake_loop(&self) {
+        let _ = rustix::io::write(&self.wake, b"w");
+    }
+
+    /// The sandbox as it is now: its description, whether it is paused, its published
+    /// ports (also as receipt lines) and the CPU time it used.
+    pub(crate) fn current_info(&self) -> SandboxInfo {
+        let mut info = self.info.clone();
+        {
+            let table = self.table.lock();
+            info.paused = table.paused_since.is_some();
+            info.ports.clone_from(&table.ports);
+        }
+        port_lines(&mut info.receipt, &info.ports);
+        info.cpu_us = self
+            .sandbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(LiveProcess::cpu_usage_us);
+        info
     }
 }
 
@@ -82,6 +109,7 @@ pub fn serve(
     info: SandboxInfo,
     config: Config,
     listener: UnixListener,
+    ports: StartPorts,
     owner: Option<OwnedFd>,
     signals: Option<OwnedFd>,
 ) -> Ending {
@@ -101,6 +129,11 @@ pub fn serve(
         wake: wake_w,
     });
     context.table.lock().last_activity = Some(Instant::now());
+    for (port_listener, port) in ports {
+        if let Err(error) = crate::ports::serve(&context, port_listener, port) {
+            tracing::warn!("a published port is not served: {error}");
+        }
+    }
     accept_in_background(listener, Arc::clone(&context), config.owner_uid);
     let ending = event_loop(&context, &config, &wake_r, owner.as_ref(), signals.as_ref());
     let sandbox = context
@@ -179,13 +212,20 @@ fn event_loop(
         }
         let now = Instant::now();
         let mut next = now + Duration::from_secs(3600);
-        if let Some(ttl) = config.ttl {
-            if now >= started + ttl {
+        let (paused, paused_total) = {
+            let table = context.table.lock();
+            (table.paused_since.is_some(), table.paused_total(now))
+        };
+        // A paused sandbox's clocks stand still: its TTLs and exec timeouts count only the
+        // time it ran (resuming wakes this loop).
+        if let (Some(ttl), false) = (config.ttl, paused) {
+            let end = started + ttl + paused_total;
+            if now >= end {
                 return Ending::Ttl;
             }
-            next = next.min(started + ttl);
+            next = next.min(end);
         }
-        {
+        if !paused {
             let mut table = context.table.lock();
             if let Some(idle) = config.idle_ttl {
                 let last = table.last_activity.unwrap_or(started);
@@ -280,8 +320,8 @@ fn init_events(context: &Context) -> bool {
     };
     let mut table = context.table.lock();
     match event {
-        Ok(Some(LiveEvent::Started { id, pid })) => table.started(id, pid),
-        Ok(Some(LiveEvent::ExecFailed { id, program, errno })) => {
+        Ok(Some((LiveEvent::Started { id, pid }, _))) => table.started(id, pid),
+        Ok(Some((LiveEvent::ExecFailed { id, program, errno }, _))) => {
             if let Some(pending) = table.pending.get_mut(&id) {
                 pending.answer = Some(Err(Error::Exec {
                     program,
@@ -289,8 +329,18 @@ fn init_events(context: &Context) -> bool {
                 }));
             }
         }
-        Ok(Some(LiveEvent::Exited { pid, wait_status })) => table.exited(pid, wait_status),
-        Ok(Some(LiveEvent::Refused { message })) => {
+        Ok(Some((LiveEvent::Exited { pid, wait_status }, _))) => table.exited(pid, wait_status),
+        Ok(Some((LiveEvent::Connecting { id }, socket))) => {
+            if let Some(slot) = table.connecting.get_mut(&id) {
+                *slot = Some(socket.ok_or(libc::EIO));
+            }
+        }
+        Ok(Some((LiveEvent::ConnectFailed { id, errno }, _))) => {
+            if let Some(slot) = table.connecting.get_mut(&id) {
+                *slot = Some(Err(errno));
+            }
+        }
+        Ok(Some((LiveEvent::Refused { message }, _))) => {
             tracing::warn!("the live sandbox's init refused a request: {message}");
         }
         Ok(None) => return false,
@@ -346,10 +396,21 @@ fn connection(stream: UnixStream, context: &Arc<Context>) {
             Request::Info => send(
                 &out,
                 &Reply::Info {
-                    info: Box::new(context.info.clone()),
+                    info: Box::new(context.current_info()),
                 },
             )
             .is_ok(),
+            Request::Pause => send(&out, &pause(context)).is_ok(),
+            Request::Resume => send(&out, &resume(context)).is_ok(),
+            Request::Publish(request) => {
+                let reply = match crate::ports::publish(context, &request) {
+                    Ok(port) => Reply::Published { port },
+                    Err(error) => Reply::Error {
+                        error: WireError::from(&error),
+                    },
+                };
+                send(&out, &reply).is_ok()
+            }
             Request::Stop => {
                 context.request_stop();
                 // Answered once the sandbox is gone, so `stop` returning means it is.
@@ -370,6 +431,68 @@ fn connection(stream: UnixStream, context: &Arc<Context>) {
         if !keep_going {
             return;
         }
+    }
+}
+
+/// Adds a receipt line per published port.
+pub(crate) fn port_lines(receipt: &mut sandbox_core::Receipt, ports: &[PublishedPort]) {
+    for port in ports {
+        receipt.enforce(
+            Capability::Net,
+            Mechanism::Supervisor,
+            "published port",
+            format!(
+                "{}:{} on the host reaches 127.0.0.1:{} inside the sandbox and nothing else of it; the sandbox's egress is unchanged",
+                port.host_ip, port.host_port, port.guest_port
+            ),
+        );
+    }
+}
+
+/// `pause`: freezes the sandbox and stops its clocks.
+fn pause(context: &Context) -> Reply {
+    let paused = {
+        let mut guard = context.sandbox.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            Some(sandbox) => sandbox.pause(),
+            None => Err(Error::invalid("the sandbox has stopped")),
+        }
+    };
+    match paused {
+        Ok(method) => {
+            let mut table = context.table.lock();
+            if table.paused_since.is_none() {
+                table.paused_since = Some(Instant::now());
+            }
+            drop(table);
+            context.wake_loop();
+            Reply::Paused { method }
+        }
+        Err(error) => Reply::Error {
+            error: WireError::from(&error),
+        },
+    }
+}
+
+/// `resume`: thaws the sandbox; its clocks go on from where they stood.
+fn resume(context: &Context) -> Reply {
+    let resumed = {
+        let mut guard = context.sandbox.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut() {
+            Some(sandbox) => sandbox.resume(),
+            None => Err(Error::invalid("the sandbox has stopped")),
+        }
+    };
+    match resumed {
+        Ok(()) => {
+            context.table.lock().resumed(Instant::now());
+            context.table.notify();
+            context.wake_loop();
+            Reply::Ok
+        }
+        Err(error) => Reply::Error {
+            error: WireError::from(&error),
+        },
     }
 }
 

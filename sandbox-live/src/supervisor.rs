@@ -48,8 +48,11 @@ pub fn main() -> i32 {
         info,
         config,
         listener,
+        ports,
     } = started;
-    answer(&StartReply::Ok(Box::new(info.clone())));
+    let mut answered = info.clone();
+    server::port_lines(&mut answered.receipt, &answered.ports);
+    answer(&StartReply::Ok(Box::new(answered)));
     detach_stdio();
     let owner = if owned {
         take_stdin()
@@ -57,7 +60,7 @@ pub fn main() -> i32 {
         let _ = rustix::process::setsid();
         None
     };
-    server::serve(sandbox, info, config, listener, owner, signals);
+    server::serve(sandbox, info, config, listener, ports, owner, signals);
     // The backend (its egress proxy among others) outlives the sandbox it served.
     drop(backend);
     0
@@ -87,6 +90,7 @@ struct Started {
     info: SandboxInfo,
     config: Config,
     listener: UnixListener,
+    ports: server::StartPorts,
 }
 
 fn start(request: StartRequest) -> Result<Started> {
@@ -109,6 +113,17 @@ fn start(request: StartRequest) -> Result<Started> {
         ..RunContext::default()
     };
     let sandbox = backend.start_live(&spec, &context)?;
+    if request.publish.len() > crate::ports::MAX_PORTS {
+        return Err(Error::invalid(format!(
+            "publish: at most {} ports per sandbox",
+            crate::ports::MAX_PORTS
+        )));
+    }
+    let ports = request
+        .publish
+        .iter()
+        .map(crate::ports::bind)
+        .collect::<Result<server::StartPorts>>()?;
     state::private_dir(&dir)?;
     let socket = dir.join(state::SOCKET);
     let listener = UnixListener::bind(&socket).map_err(|e| {
@@ -128,6 +143,9 @@ fn start(request: StartRequest) -> Result<Started> {
         idle_ttl_s: request.idle_ttl_s,
         owned: request.owned,
         receipt: clock_receipt(sandbox.receipt().clone(), &request),
+        paused: false,
+        ports: ports.iter().map(|(_, port)| port.clone()).collect(),
+        cpu_us: None,
     };
     write_info(&dir, &info).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&dir);
@@ -143,6 +161,7 @@ fn start(request: StartRequest) -> Result<Started> {
             owner_uid: state::uid(),
         },
         listener,
+        ports,
     })
 }
 

@@ -8,7 +8,9 @@ use std::fs::File;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::protocol::{ExitInfo, ProcessInfo, ProcessState};
+use std::os::fd::OwnedFd;
+
+use crate::protocol::{ExitInfo, ProcessInfo, ProcessState, PublishedPort};
 use crate::ring::{Ring, DEFAULT_RING_BYTES};
 
 /// Most processes a sandbox keeps in its table: 256 (running ones are never dropped; the
@@ -95,6 +97,19 @@ pub struct Table {
     pub last_activity: Option<Instant>,
     /// Clients waiting for the stop they asked for to be done.
     pub stop_waiters: usize,
+    /// Since when the sandbox is paused, while it is.
+    pub paused_since: Option<Instant>,
+    /// How long it was paused before, in all.
+    pub paused_for: Duration,
+    /// Connections into the sandbox (published ports) waiting for init, by request id:
+    /// `None` until init answers with the socket or an OS error number.
+    pub connecting: HashMap<u64, Option<Result<OwnedFd, i32>>>,
+    /// Connections being forwarded now.
+    pub forwarding: usize,
+    /// Published ports.
+    pub ports: Vec<PublishedPort>,
+    /// Their listeners, shut down when the sandbox stops.
+    pub listeners: Vec<std::net::TcpListener>,
     next_id: u64,
     starts: u64,
 }
@@ -150,9 +165,36 @@ impl Table {
         }
     }
 
-    /// The sandbox stopped: every process counts as killed.
+    /// How long the sandbox has been paused in all, up to `now`.
+    pub fn paused_total(&self, now: Instant) -> Duration {
+        self.paused_for
+            + self
+                .paused_since
+                .map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
+    }
+
+    /// The sandbox resumed at `now`: the pause stops counting against its clocks, and
+    /// every exec's timeout moves by how long it was paused.
+    pub fn resumed(&mut self, now: Instant) {
+        let Some(since) = self.paused_since.take() else {
+            return;
+        };
+        let pause = now.saturating_duration_since(since);
+        self.paused_for += pause;
+        for proc in self.procs.values_mut() {
+            if let Some(deadline) = &mut proc.deadline {
+                *deadline += pause;
+            }
+        }
+        self.last_activity = Some(now);
+    }
+
+    /// The sandbox stopped: every process counts as killed, published ports close.
     pub fn stop(&mut self) {
         self.stopped = true;
+        for listener in self.listeners.drain(..) {
+            let _ = rustix::net::shutdown(&listener, rustix::net::Shutdown::Both);
+        }
         for (pid, proc) in &mut self.procs {
             proc.stdin = None;
             proc.output_open = false;

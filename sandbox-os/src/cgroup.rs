@@ -33,6 +33,10 @@ pub enum Layout {
         /// `<cpu mount>/<own cgroup>/strata`, for the CPU quota, if mounted separately from
         /// cpuacct (when they share a hierarchy, `cpuacct` serves both).
         cpu: Option<PathBuf>,
+        /// `<freezer mount>/<own cgroup>/strata`, to pause live sandboxes, if mounted and
+        /// writable (one-shot runs do not join it).
+        #[serde(default)]
+        freezer: Option<PathBuf>,
     },
 }
 
@@ -46,10 +50,12 @@ impl Layout {
                 pids,
                 cpuacct,
                 cpu,
+                freezer,
             } => {
                 let mut v = vec![memory.as_path(), pids.as_path()];
                 v.extend(cpuacct.as_deref());
                 v.extend(cpu.as_deref());
+                v.extend(freezer.as_deref());
                 v
             }
         }
@@ -166,11 +172,13 @@ pub fn choose_layout(
     let cpu = v1("cpu")
         .map(|h| under(&h.mount, own(Some("cpu"))))
         .filter(|cpu| Some(cpu) != cpuacct.as_ref());
+    let freezer = v1("freezer").map(|h| under(&h.mount, own(Some("freezer"))));
     Some(Layout::V1 {
         memory: under(&memory.mount, own(Some("memory"))),
         pids: under(&pids.mount, own(Some("pids"))),
         cpuacct,
         cpu,
+        freezer,
     })
 }
 
@@ -194,25 +202,21 @@ pub fn detect() -> Result<Layout, String> {
         )
         .ok()
     });
-    let layout =
+    let mut layout =
         choose_layout(&mounts, &membership, v2_controllers.as_deref()).ok_or_else(|| {
             "no cgroup hierarchy with memory and pids controllers is mounted".to_string()
         })?;
-    for base in layout.bases() {
-        match fs::create_dir(base) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("cannot create {}: {e}", base.display())),
+    // The freezer only serves pausing live sandboxes: without it they pause with signals.
+    if let Layout::V1 { freezer, .. } = &mut layout {
+        if freezer
+            .as_deref()
+            .is_some_and(|base| probe_base(base).is_err())
+        {
+            *freezer = None;
         }
-        // The directory may exist (made by another user): prove we can create runs in it.
-        let probe = base.join(format!(
-            "probe-{}-{}",
-            std::process::id(),
-            NEXT_RUN.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir(&probe)
-            .map_err(|e| format!("cannot create cgroups in {}: {e}", base.display()))?;
-        let _ = fs::remove_dir(&probe);
+    }
+    for base in layout.bases() {
+        probe_base(base)?;
     }
     crate::cgroup_cleanup::sweep_stale(&layout.bases());
     if let Layout::V2 { base } = &layout {
@@ -222,6 +226,25 @@ pub fn detect() -> Result<Layout, String> {
         let _ = fs::write(base.join("cgroup.subtree_control"), "+cpu");
     }
     Ok(layout)
+}
+
+/// Creates `base` if needed and proves that runs can be created in it.
+fn probe_base(base: &Path) -> Result<(), String> {
+    match fs::create_dir(base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", base.display())),
+    }
+    // The directory may exist (made by another user): prove we can create runs in it.
+    let probe = base.join(format!(
+        "probe-{}-{}",
+        std::process::id(),
+        NEXT_RUN.fetch_add(1, Ordering::Relaxed)
+    ));
+    fs::create_dir(&probe)
+        .map_err(|e| format!("cannot create cgroups in {}: {e}", base.display()))?;
+    let _ = fs::remove_dir(&probe);
+    Ok(())
 }
 
 /// The limits a run's cgroup holds, as read back from the kernel after writing them.
@@ -274,6 +297,9 @@ pub struct RunCgroup {
     applied: Applied,
     /// The file CPU usage is read from (`cpu.stat` on v2, `cpuacct.usage` on v1), if any.
     cpu_usage_file: Option<PathBuf>,
+    /// The directory that freezes the run (`cgroup.freeze` on v2, the v1 freezer's
+    /// `freezer.state`), for runs created freezable.
+    freezer: Option<PathBuf>,
 }
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
@@ -287,8 +313,13 @@ pub const THRASH_WINDOW: Duration = Duration::from_secs(2);
 
 impl RunCgroup {
     /// Creates the run's cgroup(s), writes the memory, process and CPU limits of `limits`
-    /// and reads them back ([`RunCgroup::applied`]).
-    pub fn create(layout: &Layout, limits: &sandbox_core::Limits) -> io::Result<Self> {
+    /// and reads them back ([`RunCgroup::applied`]). A `freezable` run (a live sandbox) can
+    /// be frozen: on v2 always, on v1 when the freezer hierarchy is mounted and writable.
+    pub fn create(
+        layout: &Layout,
+        limits: &sandbox_core::Limits,
+        freezable: bool,
+    ) -> io::Result<Self> {
         let memory = limits.memory.bytes();
         let pids = limits.processes;
         let name = format!(
@@ -301,10 +332,14 @@ impl RunCgroup {
             version2: matches!(layout, Layout::V2 { .. }),
             applied: Applied::default(),
             cpu_usage_file: None,
+            freezer: None,
         };
         match layout {
             Layout::V2 { base } => {
                 let dir = run.make(base, &name)?;
+                if freezable && dir.join("cgroup.freeze").exists() {
+                    run.freezer = Some(dir.clone());
+                }
                 fs::write(dir.join("memory.max"), memory.to_string())?;
                 let _ = fs::write(dir.join("memory.swap.max"), "0");
                 fs::write(dir.join("pids.max"), pids.to_string())?;
@@ -325,7 +360,11 @@ impl RunCgroup {
                 pids: pids_base,
                 cpuacct,
                 cpu,
+                freezer,
             } => {
+                if let (true, Some(base)) = (freezable, freezer) {
+                    run.freezer = Some(run.make(base, &name)?);
+                }
                 let mem = run.make(memory_base, &name)?;
                 fs::write(mem.join("memory.limit_in_bytes"), memory.to_string())?;
                 // Swap accounting is optional; where present, memory+swap gets the same cap.
@@ -469,7 +508,54 @@ impl RunCgroup {
         pids
     }
 
-    /// Kills every process still inside.
+    /// Whether the run can be frozen ([`RunCgroup::freeze`]).
+    pub fn freezable(&self) -> bool {
+        self.freezer.is_some()
+    }
+
+    /// Freezes (`true`) or thaws every process of the run, and waits (at most 1 s) until the
+    /// kernel reports it done. `Ok(false)`: the run has no freezer.
+    ///
+    /// # Errors
+    /// The kernel refused, or did not finish freezing in time (the run is thawed again).
+    pub fn freeze(&self, frozen: bool) -> io::Result<bool> {
+        let Some(dir) = &self.freezer else {
+            return Ok(false);
+        };
+        let (file, value, done) = match (self.version2, frozen) {
+            (true, true) => ("cgroup.freeze", "1", "frozen 1"),
+            (true, false) => ("cgroup.freeze", "0", "frozen 0"),
+            (false, true) => ("freezer.state", "FROZEN", "FROZEN"),
+            (false, false) => ("freezer.state", "THAWED", "THAWED"),
+        };
+        let state = if self.version2 {
+            "cgroup.events"
+        } else {
+            "freezer.state"
+        };
+        fs::write(dir.join(file), value)?;
+        for _ in 0..500 {
+            let text = fs::read_to_string(dir.join(state))?;
+            if text.lines().any(|line| line.trim() == done) {
+                return Ok(true);
+            }
+            // v1 retries a freeze that is stuck in FREEZING when it is written again.
+            if !self.version2 && frozen {
+                let _ = fs::write(dir.join(file), value);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if frozen {
+            let _ = self.freeze(false);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the cgroup did not finish freezing within 1 s",
+        ))
+    }
+
+    /// Kills every process still inside (a frozen run is thawed once they are signalled,
+    /// so the kill takes effect without them running).
     pub fn kill_all(&self) {
         for _ in 0..50 {
             if self.version2 {
@@ -483,6 +569,14 @@ impl RunCgroup {
             }
             for pid in pids {
                 let _ = crate::sys::kill(pid, libc::SIGKILL);
+            }
+            if let Some(dir) = &self.freezer {
+                let (file, value) = if self.version2 {
+                    ("cgroup.freeze", "0")
+                } else {
+                    ("freezer.state", "THAWED")
+                };
+                let _ = fs::write(dir.join(file), value);
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -538,6 +632,7 @@ mod tests {
                 pids: "/sys/fs/cgroup/pids/strata".into(),
                 cpuacct: Some("/sys/fs/cgroup/cpuacct/strata".into()),
                 cpu: Some("/sys/fs/cgroup/cpu/strata".into()),
+                freezer: None,
             }
         );
     }

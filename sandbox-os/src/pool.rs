@@ -120,7 +120,7 @@ pub fn build(
         spec.host_ids = Some(ids);
     }
     let cgroup = layout
-        .map(|layout| RunCgroup::create(layout, &spec.run.limits))
+        .map(|layout| RunCgroup::create(layout, &spec.run.limits, spec.live))
         .transpose()
         .map_err(|e| sandbox_core::Error::setup(SetupStage::Cgroup, "create run cgroup", e))?;
     if let Some(cg) = &cgroup {

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sandbox_core::receipt::{Denial, NetworkReceipt};
-use sandbox_core::{Error, Receipt, Result, RunContext, RunSpec, SetupStage};
+use sandbox_core::{
+    Capability, Error, Mechanism, Receipt, Result, RunContext, RunSpec, SetupStage,
+};
 use sandbox_egress::host::RunEgress;
 
 use crate::cgroup::RunCgroup;
@@ -59,6 +61,30 @@ pub struct LiveProcess {
     env: Vec<String>,
     workdir: PathBuf,
     control: FrameBuffer,
+    paused: Option<PauseMethod>,
+}
+
+/// How a live sandbox is paused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseMethod {
+    /// Its cgroup is frozen: no process runs or notices (cgroup v2 `cgroup.freeze`, or
+    /// the v1 freezer).
+    Freezer,
+    /// Without a cgroup freezer: every process but init gets `SIGSTOP`, and `SIGCONT` on
+    /// resume. No process runs, but a process can notice (its parent sees it stopped, a
+    /// `SIGCONT` handler runs), and one stopped before the pause is continued too.
+    Signals,
+}
+
+impl PauseMethod {
+    /// In words, for receipts and listings.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PauseMethod::Freezer => "cgroup freezer: every process of the sandbox is frozen; none runs or can tell",
+            PauseMethod::Signals => "SIGSTOP to every process of the sandbox, SIGCONT on resume (no cgroup freezer here): none runs, but a process can tell it was stopped",
+        }
+    }
 }
 
 impl std::fmt::Debug for LiveProcess {
@@ -118,7 +144,13 @@ impl LiveProcess {
         })?;
         let mut control = FrameBuffer::default();
         let enforced = wait_ready(&helper, &mut control)?;
-        let receipt = receipt(enforced, cgroup.as_ref())?;
+        let mut receipt = receipt(enforced, cgroup.as_ref())?;
+        let (mechanism, method) = if cgroup.as_ref().is_some_and(RunCgroup::freezable) {
+            (Mechanism::Cgroup, PauseMethod::Freezer)
+        } else {
+            (Mechanism::Supervisor, PauseMethod::Signals)
+        };
+        receipt.enforce(Capability::Lifetime, mechanism, "pause", method.describe());
         Ok(LiveProcess {
             helper,
             channel,
@@ -128,7 +160,80 @@ impl LiveProcess {
             env: command.env,
             workdir,
             control,
+            paused: None,
         })
+    }
+
+    /// How [`LiveProcess::pause`] pauses this sandbox.
+    pub fn pause_method(&self) -> PauseMethod {
+        if self.cgroup.as_ref().is_some_and(RunCgroup::freezable) {
+            PauseMethod::Freezer
+        } else {
+            PauseMethod::Signals
+        }
+    }
+
+    /// Whether the sandbox is paused, and how.
+    pub fn paused(&self) -> Option<PauseMethod> {
+        self.paused
+    }
+
+    /// Pauses every process of the sandbox (see [`PauseMethod`]); pausing a paused sandbox
+    /// does nothing. Output already written stays readable; nothing runs until
+    /// [`LiveProcess::resume`].
+    ///
+    /// # Errors
+    /// The cgroup did not freeze (the sandbox keeps running), or the sandbox is gone.
+    pub fn pause(&mut self) -> Result<PauseMethod> {
+        if let Some(method) = self.paused {
+            return Ok(method);
+        }
+        let method = self.pause_method();
+        match (method, &self.cgroup) {
+            (PauseMethod::Freezer, Some(cgroup)) => {
+                cgroup.freeze(true).map_err(|e| {
+                    Error::setup(SetupStage::Cgroup, "freeze the live sandbox's cgroup", e)
+                })?;
+            }
+            _ => wire::send(self.channel.as_fd(), &LiveRequest::StopAll, &[])
+                .map_err(|e| Error::internal("pause the live sandbox", e))?,
+        }
+        self.paused = Some(method);
+        Ok(method)
+    }
+
+    /// Resumes a paused sandbox; resuming a running one does nothing.
+    ///
+    /// # Errors
+    /// The cgroup did not thaw, or the sandbox is gone.
+    pub fn resume(&mut self) -> Result<()> {
+        match (self.paused, &self.cgroup) {
+            (None, _) => return Ok(()),
+            (Some(PauseMethod::Freezer), Some(cgroup)) => {
+                cgroup.freeze(false).map_err(|e| {
+                    Error::setup(SetupStage::Cgroup, "thaw the live sandbox's cgroup", e)
+                })?;
+            }
+            _ => wire::send(self.channel.as_fd(), &LiveRequest::ContinueAll, &[])
+                .map_err(|e| Error::internal("resume the live sandbox", e))?,
+        }
+        self.paused = None;
+        Ok(())
+    }
+
+    /// Asks init to open a TCP connection to `127.0.0.1:port` inside the sandbox; the
+    /// answer is a [`LiveEvent::Connecting`] (with the socket) or
+    /// [`LiveEvent::ConnectFailed`] with `id`.
+    ///
+    /// # Errors
+    /// The sandbox is gone.
+    pub fn connect(&self, id: u64, port: u16) -> Result<()> {
+        wire::send(
+            self.channel.as_fd(),
+            &LiveRequest::Connect { id, port },
+            &[],
+        )
+        .map_err(|e| Error::internal("connect into the live sandbox", e))
     }
 
     /// The sandbox's receipt: what was enforced when it started, for all its execs.
@@ -186,13 +291,14 @@ impl LiveProcess {
         self.channel.as_fd()
     }
 
-    /// The next event from init; `Ok(None)` when init is gone (the sandbox ended).
+    /// The next event from init with the descriptor it carries (a
+    /// [`LiveEvent::Connecting`]'s socket); `Ok(None)` when init is gone (the sandbox ended).
     ///
     /// # Errors
     /// A malformed message.
-    pub fn next_event(&self) -> Result<Option<LiveEvent>> {
+    pub fn next_event(&self) -> Result<Option<(LiveEvent, Option<OwnedFd>)>> {
         match wire::receive::<LiveEvent>(self.channel.as_fd()) {
-            Ok(event) => Ok(event.map(|(event, _)| event)),
+            Ok(event) => Ok(event.map(|(event, fds)| (event, fds.into_iter().next()))),
             Err(e) => Err(Error::internal("read the live sandbox's events", e)),
         }
     }
@@ -232,8 +338,16 @@ impl LiveProcess {
             channel,
             cgroup,
             egress,
+            paused,
             ..
         } = self;
+        // A frozen sandbox cannot act on the closed channel: kill its processes first (the
+        // cgroup thaws them once signalled, so they die without running).
+        if paused == Some(PauseMethod::Freezer) {
+            if let Some(cgroup) = &cgroup {
+                cgroup.kill_all();
+            }
+        }
         // Closing the channel makes init kill and reap every process of the sandbox and exit;
         // the helper reports that and exits once init is gone, which the kernel allows only
         // after the whole pid namespace is. Wait for it (bounded), so that "stopped" means

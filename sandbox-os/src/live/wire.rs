@@ -44,6 +44,20 @@ pub enum LiveRequest {
         /// The signal number.
         signal: i32,
     },
+    /// Stop every process of the sandbox but init with `SIGSTOP` (how a sandbox without a
+    /// cgroup freezer pauses).
+    StopAll,
+    /// Continue every process of the sandbox with `SIGCONT`.
+    ContinueAll,
+    /// Open a TCP connection to `127.0.0.1:port` in the sandbox's network namespace (a
+    /// published port). The answer is [`LiveEvent::Connecting`] with the socket attached,
+    /// or [`LiveEvent::ConnectFailed`].
+    Connect {
+        /// The host's number for this connection, echoed in the reply.
+        id: u64,
+        /// The port inside the sandbox.
+        port: u16,
+    },
 }
 
 /// Init to host.
@@ -72,6 +86,19 @@ pub enum LiveEvent {
         pid: i32,
         /// Raw wait status.
         wait_status: i32,
+    },
+    /// Connection `id` is under way: the packet carries its non-blocking socket (the host
+    /// waits until it is writable and reads `SO_ERROR`).
+    Connecting {
+        /// The request's id.
+        id: u64,
+    },
+    /// Connection `id` could not be opened.
+    ConnectFailed {
+        /// The request's id.
+        id: u64,
+        /// OS error number.
+        errno: i32,
     },
     /// A request could not be served (a bad packet, a signal to a pid that is no exec).
     Refused {

@@ -84,3 +84,23 @@ pub fn kill_all_and_reap() {
         }
     }
 }
+
+/// Starts a TCP connection to `127.0.0.1:port` (in the calling process's network
+/// namespace) on a non-blocking, close-on-exec socket; the connect may still be under way.
+///
+/// # Errors
+/// The socket could not be made, or the connect failed at once (e.g. nothing listens).
+pub fn connect_loopback(port: u16) -> io::Result<OwnedFd> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let socket = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let address = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+    match rustix::net::connect(&socket, &address) {
+        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => Ok(socket),
+        Err(e) => Err(e.into()),
+    }
+}
