@@ -3,8 +3,9 @@
 
 pub use sandbox_live::protocol::{
     ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
+    TtySize,
 };
-pub use sandbox_live::{LiveSandbox, PauseMethod, StartOptions, Stream, SUPERVISOR_NAME};
+pub use sandbox_live::{LiveSandbox, PauseMethod, Pty, StartOptions, Stream, SUPERVISOR_NAME};
 
 use sandbox_core::{Caps, Error, Result};
 

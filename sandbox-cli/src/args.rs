@@ -135,7 +135,10 @@ pub struct ExecArgs {
     /// Start it in the background and print its pid (see `strata ps`, `logs`, `kill`).
     #[arg(long)]
     pub detach: bool,
-    /// Run it on a terminal.
+    /// Run it on a new terminal (a pseudo-terminal in the sandbox's supervisor) of your
+    /// terminal's size, kept in step when yours is resized; your keystrokes go to it raw
+    /// (^C reaches the program) and its output comes back unfiltered, as with `docker exec
+    /// -t` or ssh. Your own terminal is never handed to the program.
     #[arg(long)]
     pub tty: bool,
     /// Set a variable for this exec (KEY=VALUE; repeatable).

@@ -150,10 +150,10 @@ fn exec(args: ExecArgs) -> ExitCode {
             )
         }
     };
-    if args.tty {
+    if args.tty && (json || args.stdin) {
         return fail(
             &Error::invalid(
-                "--tty is not available yet: terminals come with the next step of live sandboxes",
+                "--tty takes no --json or --stdin: the terminal carries the input and output",
             ),
             json,
         );
@@ -165,7 +165,11 @@ fn exec(args: ExecArgs) -> ExitCode {
         timeout_ms,
         stdin: args.stdin,
         detach: args.detach,
+        tty: args.tty.then(crate::terminal::size),
     };
+    if args.tty && !args.detach {
+        return exec_on_terminal(&sandbox, request);
+    }
     if args.detach {
         return match sandbox.spawn(request) {
             Ok(pid) => {
@@ -195,6 +199,42 @@ fn exec(args: ExecArgs) -> ExitCode {
             ExitCode::from(u8::try_from(exit.shell_code()).unwrap_or(1))
         }
         Err(e) => fail(&e, json),
+    }
+}
+
+/// `exec --tty` in the foreground: the program's terminal follows this one's size, this
+/// terminal is raw while it runs, keystrokes go to it and its output comes back as is.
+fn exec_on_terminal(sandbox: &LiveSandbox, request: ExecRequest) -> ExitCode {
+    let pid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let raw = crate::terminal::Raw::enter();
+    let (socket_sandbox, resize_pid) = (sandbox.id().to_string(), std::sync::Arc::clone(&pid));
+    // Before any thread starts: they all inherit the blocked signals.
+    crate::terminal::watch_signals(
+        move || {
+            let pid = resize_pid.load(std::sync::atomic::Ordering::SeqCst);
+            if pid > 0 {
+                if let Ok(sandbox) = LiveSandbox::attach(&socket_sandbox) {
+                    let _ = sandbox.resize(pid, crate::terminal::size());
+                }
+            }
+        },
+        raw.restorer(),
+    );
+    let input: Box<dyn Read + Send> = Box::new(std::io::stdin());
+    let mut stdout = std::io::stdout();
+    let result = sandbox.exec_started(
+        request,
+        Some(input),
+        |started| pid.store(started, std::sync::atomic::Ordering::SeqCst),
+        |_, bytes| {
+            let _ = stdout.write_all(bytes);
+            let _ = stdout.flush();
+        },
+    );
+    drop(raw);
+    match result {
+        Ok(exit) => ExitCode::from(u8::try_from(exit.shell_code()).unwrap_or(1)),
+        Err(e) => fail(&e, false),
     }
 }
 

@@ -17,6 +17,7 @@ mod live;
 mod mcp;
 mod sanitize;
 mod signals;
+mod terminal;
 
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;

@@ -29,16 +29,29 @@ impl Received {
     }
 }
 
-fn stop_set() -> libc::sigset_t {
+/// Blocks `signals` in the calling thread (threads it starts later inherit the mask) and
+/// returns their set, for `sigwait`; `None` when the mask could not be changed.
+pub(crate) fn block(signals: &[libc::c_int]) -> Option<libc::sigset_t> {
     // SAFETY: sigemptyset initialises the set it is given; sigaddset adds valid signals.
-    unsafe {
+    let set = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for sig in STOP {
-            libc::sigaddset(&mut set, sig);
+        for sig in signals {
+            libc::sigaddset(&mut set, *sig);
         }
         set
+    };
+    // SAFETY: a valid, initialised set; the old mask is not needed.
+    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
+        return None;
     }
+    Some(set)
+}
+
+/// Undoes [`block`] (when the thread that was to take the signals could not start).
+pub(crate) fn unblock(set: &libc::sigset_t) {
+    // SAFETY: a valid, initialised set; the old mask is not needed.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, set, std::ptr::null_mut()) };
 }
 
 /// Blocks the stop signals in this thread (call before any other thread starts, so all
@@ -46,11 +59,7 @@ fn stop_set() -> libc::sigset_t {
 /// Returns what was received; `None` when the thread cannot be started (the signals then
 /// keep their default action).
 pub fn cancel_on_stop(token: CancelToken) -> Option<Received> {
-    let set = stop_set();
-    // SAFETY: a valid, initialised set; the old mask is not needed.
-    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
-        return None;
-    }
+    let set = block(&STOP)?;
     let received = Received::default();
     let seen = received.clone();
     let started = std::thread::Builder::new()
@@ -73,8 +82,7 @@ pub fn cancel_on_stop(token: CancelToken) -> Option<Received> {
             }
         });
     if started.is_err() {
-        // SAFETY: as above; restores the default delivery of the stop signals.
-        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+        unblock(&set);
         return None;
     }
     Some(received)

@@ -763,3 +763,25 @@ fn a_bad_publish_flag_is_refused_and_nothing_starts() {
     }
     assert!(live.sandbox_dirs().is_empty());
 }
+
+/// `exec --tty`: the program runs on a terminal of the caller's size (24x80 when the caller
+/// has none) and its exit code passes through; `--tty` with `--json` is refused.
+#[test]
+fn exec_tty_runs_on_a_terminal_and_passes_the_exit_code() {
+    let live = Live::new();
+    let id = live.start(&[]);
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--tty",
+        "--",
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && stty size; exit 5",
+    ]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("24 80"), "{}", text(&out.stdout));
+    let out = live.strata(&["exec", &id, "--tty", "--json", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(live.strata(&["stop", &id]).status.success());
+}

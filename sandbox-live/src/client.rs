@@ -13,7 +13,7 @@ use sandbox_core::{BackendKind, Caps, Error, Result, Strictness};
 
 use crate::protocol::{
     decode, encode, ExecRequest, ExitInfo, ProcessInfo, PublishRequest, PublishedPort, Reply,
-    Request, SandboxInfo, WireError, PROTOCOL_VERSION,
+    Request, SandboxInfo, TtySize, WireError, PROTOCOL_VERSION,
 };
 use crate::ring::Stream;
 use crate::state;
@@ -295,8 +295,23 @@ impl LiveSandbox {
     /// A refused exec (bad request, program not found: nothing ran), or the sandbox is gone.
     pub fn exec(
         &self,
+        request: ExecRequest,
+        stdin: Option<Box<dyn Read + Send>>,
+        on_output: impl FnMut(Stream, &[u8]),
+    ) -> Result<ExitInfo> {
+        self.exec_started(request, stdin, |_| {}, on_output)
+    }
+
+    /// [`LiveSandbox::exec`], telling `on_started` the pid as soon as the process runs (to
+    /// [`LiveSandbox::resize`] its terminal, or signal it, from another thread).
+    ///
+    /// # Errors
+    /// As [`LiveSandbox::exec`].
+    pub fn exec_started(
+        &self,
         mut request: ExecRequest,
         stdin: Option<Box<dyn Read + Send>>,
+        on_started: impl FnOnce(i32),
         mut on_output: impl FnMut(Stream, &[u8]),
     ) -> Result<ExitInfo> {
         request.detach = false;
@@ -307,6 +322,7 @@ impl LiveSandbox {
             Reply::Started { pid } => pid,
             other => return Err(unexpected(other)),
         };
+        on_started(pid);
         if let Some(mut input) = stdin {
             let mut writer = conn.writer()?;
             std::thread::spawn(move || {
@@ -354,6 +370,30 @@ impl LiveSandbox {
             Reply::Started { pid } => Ok(pid),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Starts `request` on a new terminal of `size` (a pseudo-terminal: `bash -i`, REPLs
+    /// and full-screen programs work), detached: the returned [`Pty`] writes its input,
+    /// resizes it, follows its output (one stream) and waits for it, from this or any
+    /// other handle on the sandbox. No terminal of the caller's reaches the sandbox.
+    ///
+    /// # Errors
+    /// A refused exec or size (nothing ran), or the sandbox is gone.
+    pub fn pty(&self, mut request: ExecRequest, size: TtySize) -> Result<Pty> {
+        request.tty = Some(size.check()?);
+        let pid = self.spawn(request)?;
+        Ok(Pty {
+            socket: self.socket.clone(),
+            pid,
+        })
+    }
+
+    /// Resizes the terminal of a process started with a `tty` (it gets `SIGWINCH`).
+    ///
+    /// # Errors
+    /// No such process, it has no terminal, a bad size, or the sandbox is gone.
+    pub fn resize(&self, pid: i32, size: TtySize) -> Result<()> {
+        self.ok(&Request::Resize { pid, size })
     }
 
     /// Every process started with exec.
@@ -494,6 +534,107 @@ impl LiveSandbox {
     }
 
     fn ok(&self, request: &Request) -> Result<()> {
+        LiveSandboxRef(&self.socket).ok(request)
+    }
+
+    fn request(&self, request: &Request) -> Result<Reply> {
+        LiveSandboxRef(&self.socket).request(request)
+    }
+}
+
+/// A process on a terminal in a live sandbox ([`LiveSandbox::pty`]).
+#[derive(Debug, Clone)]
+pub struct Pty {
+    socket: PathBuf,
+    pid: i32,
+}
+
+impl Pty {
+    /// Its pid inside the sandbox.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn handle(&self) -> LiveSandboxRef<'_> {
+        LiveSandboxRef(&self.socket)
+    }
+
+    /// Types `data` into the terminal (`\x03` is `^C`, `\x04` end of input).
+    ///
+    /// # Errors
+    /// The process ended, or the sandbox is gone.
+    pub fn write(&self, data: &[u8]) -> Result<()> {
+        self.handle().ok(&Request::Stdin {
+            pid: self.pid,
+            data: encode(data),
+        })
+    }
+
+    /// Resizes the terminal.
+    ///
+    /// # Errors
+    /// A bad size, or the sandbox is gone.
+    pub fn resize(&self, size: TtySize) -> Result<()> {
+        self.handle().ok(&Request::Resize {
+            pid: self.pid,
+            size,
+        })
+    }
+
+    /// The terminal's output kept so far to `on_output`; with `follow`, until the process
+    /// exits. Returns how it ended, if it did.
+    ///
+    /// # Errors
+    /// The sandbox is gone.
+    pub fn output(
+        &self,
+        follow: bool,
+        mut on_output: impl FnMut(&[u8]),
+    ) -> Result<Option<ExitInfo>> {
+        let mut conn = Connection::open(&self.socket)?;
+        conn.send(&Request::Logs {
+            pid: self.pid,
+            follow,
+        })?;
+        loop {
+            match conn.reply()? {
+                Reply::Output { data, .. } => on_output(&decode(&data)?),
+                Reply::Missed { .. } => {}
+                Reply::Exited { exit } => return Ok(Some(exit)),
+                Reply::Ok => return Ok(None),
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    /// Waits for the process to exit.
+    ///
+    /// # Errors
+    /// The sandbox stopped first.
+    pub fn wait(&self) -> Result<ExitInfo> {
+        match self.handle().request(&Request::Wait { pid: self.pid })? {
+            Reply::Exited { exit } => Ok(exit),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends `signal` to its process group.
+    ///
+    /// # Errors
+    /// A bad signal number, or the sandbox is gone.
+    pub fn kill(&self, signal: i32) -> Result<()> {
+        self.handle().ok(&Request::Kill {
+            pid: self.pid,
+            signal,
+        })
+    }
+}
+
+/// One request-reply exchange with a sandbox's socket.
+struct LiveSandboxRef<'a>(&'a Path);
+
+impl LiveSandboxRef<'_> {
+    fn ok(&self, request: &Request) -> Result<()> {
         match self.request(request)? {
             Reply::Ok => Ok(()),
             other => Err(unexpected(other)),
@@ -501,7 +642,7 @@ impl LiveSandbox {
     }
 
     fn request(&self, request: &Request) -> Result<Reply> {
-        let mut conn = Connection::open(&self.socket)?;
+        let mut conn = Connection::open(self.0)?;
         conn.send(request)?;
         match conn.reply()? {
             Reply::Error { error } => Err(error.into()),

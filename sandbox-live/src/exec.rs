@@ -96,6 +96,7 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
         workdir,
         timeout_ms,
         stdin,
+        tty,
         ..
     } = request;
     let Some(program) = argv.first().cloned() else {
@@ -118,13 +119,12 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
         Some(0) => return Err(Error::invalid("exec: timeout must be more than 0 ms")),
         other => other.map(Duration::from_millis),
     };
-    let pipe = || {
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| Error::internal("exec: make a pipe", e.into()))
-    };
-    let (stdin_r, stdin_w) = pipe()?;
-    let (stdout_r, stdout_w) = pipe()?;
-    let (stderr_r, stderr_w) = pipe()?;
+    let Stdio {
+        child,
+        input,
+        outputs,
+        terminal,
+    } = stdio(tty, stdin)?;
     let id = {
         let mut table = context.table.lock();
         if table.stopped {
@@ -145,7 +145,8 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
             id,
             Pending {
                 argv: argv.clone(),
-                stdin: stdin.then(|| File::from(stdin_w)),
+                stdin: input,
+                terminal,
                 timeout,
                 answer: None,
             },
@@ -172,17 +173,19 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
                     env: full_env,
                 };
                 let workdir = workdir.unwrap_or_else(|| sandbox.workdir().to_path_buf());
+                let [stdin, stdout, stderr] = &child;
                 sandbox.exec(
                     id,
                     command,
                     workdir,
-                    [stdin_r.as_fd(), stdout_w.as_fd(), stderr_w.as_fd()],
+                    [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
+                    tty.is_some(),
                 )
             }
             None => Err(Error::invalid("the sandbox has stopped")),
         }
     };
-    drop((stdin_r, stdout_w, stderr_w));
+    drop(child);
     if let Err(error) = sent {
         context.table.lock().pending.remove(&id);
         return Err(error);
@@ -204,8 +207,50 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
     table.pending.remove(&id);
     drop(table);
     let pid = answer?;
-    read_output(context, pid, stdout_r, stderr_r);
+    read_output(context, pid, outputs);
     Ok(pid)
+}
+
+/// An exec's descriptors.
+struct Stdio {
+    /// The exec's stdin, stdout and stderr.
+    child: [OwnedFd; 3],
+    /// The supervisor's end of its stdin, when kept open.
+    input: Option<File>,
+    /// The supervisor's ends of its output, with the stream each is.
+    outputs: Vec<(OwnedFd, Stream)>,
+    /// The terminal's master, for a `tty` exec.
+    terminal: Option<OwnedFd>,
+}
+
+/// Pipes, or (`tty`) one pseudo-terminal whose slave is all three of the exec's stdio.
+fn stdio(tty: Option<crate::protocol::TtySize>, stdin: bool) -> Result<Stdio, Error> {
+    let pipe = || {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::internal("exec: make a pipe", e.into()))
+    };
+    let copy = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map_err(|e| Error::internal("exec: copy a descriptor", e))
+    };
+    if let Some(size) = tty {
+        let pair = crate::pty::open(size)?;
+        return Ok(Stdio {
+            child: [copy(&pair.slave)?, copy(&pair.slave)?, pair.slave],
+            input: Some(File::from(copy(&pair.master)?)),
+            outputs: vec![(copy(&pair.master)?, Stream::Stdout)],
+            terminal: Some(pair.master),
+        });
+    }
+    let (stdin_r, stdin_w) = pipe()?;
+    let (stdout_r, stdout_w) = pipe()?;
+    let (stderr_r, stderr_w) = pipe()?;
+    Ok(Stdio {
+        child: [stdin_r, stdout_w, stderr_w],
+        input: stdin.then(|| File::from(stdin_w)),
+        outputs: vec![(stdout_r, Stream::Stdout), (stderr_r, Stream::Stderr)],
+        terminal: None,
+    })
 }
 
 /// The variables an exec may set: names of `[A-Za-z_][A-Za-z0-9_]*`, no NUL in values.
@@ -229,14 +274,18 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Reads an exec's stdout and stderr into its ring until both close.
-fn read_output(context: &Arc<Context>, pid: i32, stdout: OwnedFd, stderr: OwnedFd) {
+/// Reads an exec's outputs into its ring until all close (a terminal's master reads an
+/// error once no process holds its slave: that is its end).
+fn read_output(context: &Arc<Context>, pid: i32, outputs: Vec<(OwnedFd, Stream)>) {
     let context = Arc::clone(context);
     let spawned = std::thread::Builder::new()
         .name("strata-live-output".into())
         .spawn(move || {
-            let mut open = [Some(File::from(stdout)), Some(File::from(stderr))];
-            let streams = [Stream::Stdout, Stream::Stderr];
+            let streams: Vec<Stream> = outputs.iter().map(|(_, stream)| *stream).collect();
+            let mut open: Vec<Option<File>> = outputs
+                .into_iter()
+                .map(|(fd, _)| Some(File::from(fd)))
+                .collect();
             let mut buf = vec![0u8; 64 * 1024];
             while open.iter().any(Option::is_some) {
                 let mut fds: Vec<PollFd<'_>> = open
@@ -248,7 +297,7 @@ fn read_output(context: &Arc<Context>, pid: i32, stdout: OwnedFd, stderr: OwnedF
                     continue;
                 }
                 drop(fds);
-                for (slot, stream) in open.iter_mut().zip(streams) {
+                for (slot, stream) in open.iter_mut().zip(streams.iter().copied()) {
                     let Some(file) = slot.as_mut() else { continue };
                     let mut probe = [PollFd::new(&*file, PollFlags::IN)];
                     let zero = rustix::time::Timespec {
@@ -359,6 +408,29 @@ pub(crate) fn control(context: &Arc<Context>, request: Request, out: &Out) -> bo
                 reply(out, &Reply::Ok)
             } else {
                 no_process(out, pid)
+            }
+        }
+        Request::Resize { pid, size } => {
+            let resized = context
+                .table
+                .lock()
+                .procs
+                .get(&pid)
+                .map(|proc| match &proc.terminal {
+                    Some(master) => crate::pty::resize(master, size),
+                    None => Err(Error::invalid(format!(
+                        "process {pid} has no terminal (start it with tty)"
+                    ))),
+                });
+            match resized {
+                None => no_process(out, pid),
+                Some(Ok(())) => reply(out, &Reply::Ok),
+                Some(Err(error)) => reply(
+                    out,
+                    &Reply::Error {
+                        error: WireError::from(&error),
+                    },
+                ),
             }
         }
         Request::Info

@@ -23,15 +23,17 @@ pub mod client;
 mod exec;
 pub mod ports;
 pub mod protocol;
+pub mod pty;
 pub mod ring;
 pub mod server;
 pub mod state;
 pub mod supervisor;
 mod table;
 
-pub use client::{LiveSandbox, StartOptions, SUPERVISOR_NAME};
+pub use client::{LiveSandbox, Pty, StartOptions, SUPERVISOR_NAME};
 pub use protocol::{
     ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
+    TtySize,
 };
 pub use ring::Stream;
 pub use sandbox_os::live::PauseMethod;

@@ -57,6 +57,13 @@ pub enum Request {
         /// The process.
         pid: i32,
     },
+    /// Resizes the terminal of a process started with `tty`.
+    Resize {
+        /// The process.
+        pid: i32,
+        /// The new size.
+        size: TtySize,
+    },
     /// Pauses every process of the sandbox (its TTLs and exec timeouts stop counting);
     /// output stays readable, new execs are refused until `resume`.
     Pause,
@@ -157,6 +164,37 @@ pub struct ExecRequest {
     /// Reply at once with the pid instead of streaming the output until it exits.
     #[serde(default)]
     pub detach: bool,
+    /// Run on a terminal of this size (a pty: stdin, stdout and stderr are its slave, the
+    /// output is one stream, `stdin` is implied). Default: pipes.
+    #[serde(default)]
+    pub tty: Option<TtySize>,
+}
+
+/// A terminal's size.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TtySize {
+    /// Rows (1-4096).
+    pub rows: u16,
+    /// Columns (1-4096).
+    pub cols: u16,
+}
+
+impl TtySize {
+    /// Checks the size.
+    ///
+    /// # Errors
+    /// Rows or columns outside 1-4096.
+    pub fn check(self) -> Result<TtySize, Error> {
+        if (1..=4096).contains(&self.rows) && (1..=4096).contains(&self.cols) {
+            Ok(self)
+        } else {
+            Err(Error::invalid(format!(
+                "a terminal of {} rows and {} columns: both must be 1-4096",
+                self.rows, self.cols
+            )))
+        }
+    }
 }
 
 /// One process of a live sandbox, as `ps` lists it.

@@ -28,8 +28,10 @@ pub struct Proc {
     pub argv: Vec<String>,
     /// Its output.
     pub ring: Ring,
-    /// Its stdin, while open (only for execs started with `stdin`).
+    /// Its stdin, while open (only for execs started with `stdin` or `tty`).
     pub stdin: Option<File>,
+    /// Its terminal's master, for an exec started with `tty` (to resize it).
+    pub terminal: Option<OwnedFd>,
     /// How it ended, once init reported it.
     pub exit: Option<ExitInfo>,
     /// Its output pipes are still open (a process that exited may still have output in
@@ -76,6 +78,8 @@ pub struct Pending {
     pub argv: Vec<String>,
     /// The host's end of its stdin, when kept open.
     pub stdin: Option<File>,
+    /// Its terminal's master, for a `tty` exec.
+    pub terminal: Option<OwnedFd>,
     /// Its per-exec timeout.
     pub timeout: Option<Duration>,
     /// Init's answer: the pid, or the error.
@@ -132,6 +136,7 @@ impl Table {
             argv: pending.argv.clone(),
             ring: Ring::new(DEFAULT_RING_BYTES),
             stdin: pending.stdin.take(),
+            terminal: pending.terminal.take(),
             exit: None,
             output_open: true,
             deadline: pending.timeout.map(|t| Instant::now() + t),
@@ -283,6 +288,7 @@ mod tests {
         Pending {
             argv: vec![argv.into()],
             stdin: None,
+            terminal: None,
             timeout: None,
             answer: None,
         }

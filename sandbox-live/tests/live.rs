@@ -206,3 +206,74 @@ fn a_foreground_exec_streams_its_output_and_takes_stdin() {
     let _ = std::io::stdout().flush();
     sandbox.stop().expect("stop");
 }
+
+/// Reads a terminal's kept output until it holds `wanted`; returns all of it.
+fn terminal_shows(pty: &sandbox_live::Pty, wanted: &str) -> String {
+    let mut seen = String::new();
+    wait_until(&format!("the terminal shows {wanted:?}"), || {
+        seen.clear();
+        pty.output(false, |bytes| {
+            seen.push_str(&String::from_utf8_lossy(bytes))
+        })
+        .expect("output");
+        seen.contains(wanted)
+    });
+    seen
+}
+
+/// A shell on a terminal: it is interactive (its stdin is a terminal that is its
+/// controlling one, so `^C` interrupts the foreground job and the shell goes on), it sees
+/// the size it was given and a resize, and its exit code comes back.
+#[test]
+fn a_shell_on_a_terminal_takes_input_resizes_and_is_interrupted_by_ctrl_c() {
+    let state = state_dir();
+    let sandbox = LiveSandbox::start(&Caps::new(), &options(state.path())).expect("start");
+    let size = sandbox_live::TtySize { rows: 30, cols: 90 };
+    let pty = sandbox.pty(argv(&["sh", "-i"]), size).expect("pty");
+    pty.write(b"stty size; echo sum=$((6*7))\n").expect("type");
+    terminal_shows(&pty, "30 90");
+    terminal_shows(&pty, "sum=42");
+    pty.resize(sandbox_live::TtySize {
+        rows: 40,
+        cols: 100,
+    })
+    .expect("resize");
+    pty.write(b"stty size\n").expect("type");
+    terminal_shows(&pty, "40 100");
+    let mark = marker(7);
+    pty.write(format!("sleep {mark}\n").as_bytes())
+        .expect("type");
+    wait_until("sleep runs", || processes_with(&mark) == 1);
+    pty.write(b"\x03").expect("ctrl-c");
+    wait_until("ctrl-c ends the foreground job", || {
+        processes_with(&mark) == 0
+    });
+    pty.write(b"echo still=here\n").expect("type");
+    terminal_shows(&pty, "still=here");
+    pty.write(b"exit 3\n").expect("type");
+    let exit = pty.wait().expect("wait");
+    assert_eq!(exit.exit_code, Some(3), "{exit:?}");
+    let refused = sandbox
+        .pty(argv(&["true"]), sandbox_live::TtySize { rows: 0, cols: 80 })
+        .expect_err("a zero-row terminal");
+    assert_eq!(refused.kind(), sandbox_core::ErrorKind::InvalidRequest);
+}
+
+/// A tool on a terminal cannot push input into it with TIOCSTI (what would type commands
+/// into a terminal someone else reads): seccomp refuses the ioctl.
+#[test]
+fn a_tool_on_a_terminal_cannot_inject_input_with_tiocsti() {
+    let state = state_dir();
+    let sandbox = LiveSandbox::start(&Caps::new(), &options(state.path())).expect("start");
+    let script = "import fcntl,termios\ntry:\n  fcntl.ioctl(0, termios.TIOCSTI, b'x')\n  print('injected')\nexcept OSError as e:\n  print('refused', e.errno)\n";
+    let pty = sandbox
+        .pty(
+            argv(&["python3", "-c", script]),
+            sandbox_live::TtySize { rows: 24, cols: 80 },
+        )
+        .expect("pty");
+    let exit = pty.wait().expect("wait");
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    let shown = terminal_shows(&pty, "refused");
+    assert!(!shown.contains("injected"), "{shown}");
+}

@@ -95,13 +95,14 @@ fn serve_one(
             id,
             command,
             workdir,
+            tty,
         } => {
             let Ok([stdin, stdout, stderr]) = <[OwnedFd; 3]>::try_from(stdio) else {
                 let message = format!("exec {id} came without its three stdio descriptors");
                 let _ = wire::send(channel.as_fd(), &LiveEvent::Refused { message }, &[]);
                 return;
             };
-            match start(spec, &command, &workdir, [stdin, stdout, stderr]) {
+            match start(spec, &command, &workdir, [stdin, stdout, stderr], tty) {
                 Ok(pid) => {
                     execs.insert(pid);
                     LiveEvent::Started { id, pid }
@@ -159,6 +160,7 @@ fn start(
     command: &crate::protocol::Command,
     workdir: &std::path::Path,
     stdio: [OwnedFd; 3],
+    tty: bool,
 ) -> Result<i32, (String, i32)> {
     let failed = |e: io::Error| {
         (
@@ -171,6 +173,13 @@ fn start(
         sys::Fork::Child => {
             drop(exec_r);
             if sys::onto_stdio(stdio).is_err() {
+                sys::exit_now(127);
+            }
+            // A terminal exec: its own session, with the terminal as its controlling one.
+            if tty
+                && (sys::setsid().is_err()
+                    || rustix::process::ioctl_tiocsctty(rustix::stdio::stdin()).is_err())
+            {
                 sys::exit_now(127);
             }
             helper::tool_main(spec, command, workdir, exec_w)

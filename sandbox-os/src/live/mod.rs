@@ -253,7 +253,9 @@ impl LiveProcess {
     }
 
     /// Asks init to start `command` in `workdir` with `stdio` (stdin, stdout, stderr); the
-    /// answer is a [`LiveEvent::Started`] or [`LiveEvent::ExecFailed`] with `id`.
+    /// answer is a [`LiveEvent::Started`] or [`LiveEvent::ExecFailed`] with `id`. With
+    /// `tty`, stdin is a terminal (a pty's slave) that becomes the exec's controlling
+    /// terminal.
     ///
     /// # Errors
     /// The sandbox is gone, or the request is too large for one message.
@@ -263,11 +265,13 @@ impl LiveProcess {
         command: Command,
         workdir: PathBuf,
         stdio: [BorrowedFd<'_>; 3],
+        tty: bool,
     ) -> Result<()> {
         let request = LiveRequest::Exec {
             id,
             command,
             workdir,
+            tty,
         };
         wire::send(self.channel.as_fd(), &request, &stdio)
             .map_err(|e| Error::setup(SetupStage::Processes, "send an exec to the live sandbox", e))

@@ -35,6 +35,10 @@ pub enum LiveRequest {
         command: Command,
         /// Its working directory inside the sandbox.
         workdir: PathBuf,
+        /// Its stdin is a terminal: make it the new session's controlling terminal (so job
+        /// control and `^C` work inside it).
+        #[serde(default)]
+        tty: bool,
     },
     /// Send `signal` to the process group of exec `pid` (its process tree unless a process
     /// left the group with `setsid`).
