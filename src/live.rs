@@ -5,7 +5,9 @@ pub use sandbox_live::protocol::{
     ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
     TtySize,
 };
+pub use sandbox_live::watch::{ChangeKind, FileChange};
 pub use sandbox_live::{LiveSandbox, PauseMethod, Pty, StartOptions, Stream, SUPERVISOR_NAME};
+pub use sandbox_os::file_tree::DirEntry;
 
 use sandbox_core::{Caps, Error, Result};
 

@@ -42,7 +42,7 @@ pub enum Command {
 }
 
 /// Live sandboxes: `strata start`, then `exec`, `ps`, `logs`, `kill`, `pause`, `resume`,
-/// `stop`, `ls`.
+/// `cp`, `stop`, `ls`.
 #[derive(Debug, Subcommand)]
 pub enum LiveCommand {
     /// Start a live sandbox (default backend: process) with the caps of `strata run`'s
@@ -96,6 +96,17 @@ pub enum LiveCommand {
     Resume {
         /// The sandbox's id or name.
         id: String,
+    },
+    /// Copy a file or directory into or out of a live sandbox: `strata cp ID:PATH HOST_PATH`
+    /// or `strata cp HOST_PATH ID:PATH` (a directory there receives the copy by its name).
+    /// Regular files and directories only; a symlink, device or hard-linked file in the
+    /// sandbox refuses the copy before anything is written; nothing of yours is
+    /// overwritten by a copy out.
+    Cp {
+        /// `ID:PATH` or a host path.
+        from: String,
+        /// `ID:PATH` or a host path.
+        to: String,
     },
     /// List your live sandboxes.
     Ls {

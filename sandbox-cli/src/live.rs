@@ -1,4 +1,4 @@
-//! `strata start | exec | ps | logs | kill | pause | resume | stop | ls`: live sandboxes (see
+//! `strata start | exec | ps | logs | kill | pause | resume | cp | stop | ls`: live sandboxes (see
 //! `docs/live.md`). `start` prints the id and returns; the sandbox is held by its own
 //! supervisor until `stop`, its TTLs, or a stop signal to that supervisor.
 
@@ -24,6 +24,7 @@ pub fn main(command: LiveCommand) -> ExitCode {
         LiveCommand::Stop { id } => stop(&id),
         LiveCommand::Pause { id } => pause(&id),
         LiveCommand::Resume { id } => resume(&id),
+        LiveCommand::Cp { from, to } => copy(&from, &to),
         LiveCommand::Ls { json } => ls(json),
     }
 }
@@ -407,6 +408,60 @@ fn resume(id: &str) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e, false),
     }
+}
+
+/// `ID:PATH`: a sandbox's id or name (no `/` in it), a colon, a path in it.
+fn sandbox_path(text: &str) -> Option<(&str, &str)> {
+    let (id, path) = text.split_once(':')?;
+    (!id.is_empty() && !id.contains('/') && !path.is_empty()).then_some((id, path))
+}
+
+fn copy(from: &str, to: &str) -> ExitCode {
+    let done = match (sandbox_path(from), sandbox_path(to)) {
+        (Some((id, path)), None) => copy_out(id, path, std::path::Path::new(to)),
+        (None, Some((id, path))) => copy_in(std::path::Path::new(from), id, path),
+        _ => Err(Error::invalid(
+            "strata cp copies between a sandbox and the host: one of ID:PATH and a host path each (write ./NAME for a host path with a colon)",
+        )),
+    };
+    match done {
+        Ok(transfer) => {
+            say(&format!(
+                "copied {} files, {} directories, {} bytes",
+                transfer.files, transfer.dirs, transfer.bytes
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e, false),
+    }
+}
+
+/// Out of the sandbox; into `host` (which must not exist), or into the directory `host`
+/// under the entry's own name.
+fn copy_out(id: &str, path: &str, host: &std::path::Path) -> strata::Result<strata::Transfer> {
+    let sandbox = LiveSandbox::attach(id)?;
+    let host = if host.is_dir() {
+        let name = std::path::Path::new(path)
+            .file_name()
+            .ok_or_else(|| Error::invalid(format!("{path:?} names no entry to copy")))?;
+        host.join(name)
+    } else {
+        host.to_path_buf()
+    };
+    sandbox.download(path, &host)
+}
+
+/// Into the sandbox; into `path`, or into the directory `path` under the source's name.
+fn copy_in(host: &std::path::Path, id: &str, path: &str) -> strata::Result<strata::Transfer> {
+    let sandbox = LiveSandbox::attach(id)?;
+    let into_dir = sandbox
+        .stat(path)
+        .is_ok_and(|entry| entry.kind == strata::FileKind::Dir);
+    let target = match (into_dir, host.file_name()) {
+        (true, Some(name)) => format!("{}/{}", path.trim_end_matches('/'), name.to_string_lossy()),
+        _ => path.to_string(),
+    };
+    sandbox.upload(host, &target)
 }
 
 fn ls(json: bool) -> ExitCode {

@@ -785,3 +785,66 @@ fn exec_tty_runs_on_a_terminal_and_passes_the_exit_code() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(live.strata(&["stop", &id]).status.success());
 }
+
+/// `strata cp` both ways: a host tree goes in (into a directory by its name), comes back
+/// out byte for byte, a copy out never overwrites the host, and a symlink the tool planted
+/// refuses the copy out before anything is written.
+#[test]
+fn strata_cp_copies_trees_both_ways_and_refuses_a_planted_symlink() {
+    let live = Live::new();
+    let id = live.start(&[]);
+    let host = tempfile::tempdir().expect("tempdir");
+    let tree = host.path().join("tree");
+    std::fs::create_dir_all(tree.join("sub")).expect("mkdir");
+    std::fs::write(tree.join("a.txt"), "alpha").expect("write");
+    std::fs::write(tree.join("sub/b.bin"), [0u8, 1, 2, 255]).expect("write");
+    let into = format!("{id}:/tmp");
+    let out = live.strata(&["cp", tree.to_str().expect("utf-8"), &into]);
+    assert!(out.status.success(), "cp in: {}", text(&out.stderr));
+    let out = live.strata(&["exec", &id, "--", "cat", "/tmp/tree/a.txt"]);
+    assert_eq!(text(&out.stdout), "alpha");
+    let back = host.path().join("back");
+    let from = format!("{id}:/tmp/tree");
+    let out = live.strata(&["cp", &from, back.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "cp out: {}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read(back.join("sub/b.bin")).expect("read"),
+        [0u8, 1, 2, 255]
+    );
+    // Into an existing host directory: under the entry's name; never over a file.
+    let out = live.strata(&[
+        "cp",
+        &format!("{id}:/tmp/tree/a.txt"),
+        back.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        !out.status.success(),
+        "back/a.txt exists: nothing is overwritten"
+    );
+    assert_eq!(
+        std::fs::read_to_string(back.join("a.txt")).expect("read"),
+        "alpha"
+    );
+    let out = live.strata(&[
+        "exec",
+        &id,
+        "--",
+        "ln",
+        "-s",
+        "/etc/hostname",
+        "/tmp/tree/sub/link",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let refused = host.path().join("refused");
+    let out = live.strata(&["cp", &from, refused.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("symlink"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!refused.exists(), "nothing written");
+    let out = live.strata(&["cp", "a", "b"]);
+    assert_eq!(out.status.code(), Some(2), "host to host is refused");
+    assert!(live.strata(&["stop", &id]).status.success());
+}

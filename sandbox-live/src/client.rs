@@ -533,12 +533,17 @@ impl LiveSandbox {
         result
     }
 
-    fn ok(&self, request: &Request) -> Result<()> {
+    pub(crate) fn ok(&self, request: &Request) -> Result<()> {
         LiveSandboxRef(&self.socket).ok(request)
     }
 
-    fn request(&self, request: &Request) -> Result<Reply> {
+    pub(crate) fn request(&self, request: &Request) -> Result<Reply> {
         LiveSandboxRef(&self.socket).request(request)
+    }
+
+    /// A new connection to the sandbox, for a streaming request.
+    pub(crate) fn connect(&self) -> Result<Connection> {
+        Connection::open(&self.socket)
     }
 }
 
@@ -749,7 +754,7 @@ fn supervisor_gone(dir: &Path) -> bool {
     !Path::new(&format!("/proc/{}", info.supervisor_pid)).exists()
 }
 
-fn unexpected(reply: Reply) -> Error {
+pub(crate) fn unexpected(reply: Reply) -> Error {
     match reply {
         Reply::Error { error } => error.into(),
         other => Error::Internal {
@@ -766,7 +771,7 @@ fn write_line(out: &mut UnixStream, request: &Request) -> std::io::Result<()> {
 }
 
 /// One connection to a sandbox's control socket.
-struct Connection {
+pub(crate) struct Connection {
     out: UnixStream,
     lines: BufReader<UnixStream>,
 }
@@ -794,12 +799,12 @@ impl Connection {
             .map_err(|e| Error::internal("clone a socket", e))
     }
 
-    fn send(&mut self, request: &Request) -> Result<()> {
+    pub(crate) fn send(&mut self, request: &Request) -> Result<()> {
         write_line(&mut self.out, request)
             .map_err(|e| Error::internal("send to the live sandbox", e))
     }
 
-    fn reply(&mut self) -> Result<Reply> {
+    pub(crate) fn reply(&mut self) -> Result<Reply> {
         let mut line = String::new();
         let n = self
             .lines

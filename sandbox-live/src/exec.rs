@@ -438,7 +438,8 @@ pub(crate) fn control(context: &Arc<Context>, request: Request, out: &Out) -> bo
         | Request::Stop
         | Request::Pause
         | Request::Resume
-        | Request::Publish(_) => Ok(()),
+        | Request::Publish(_)
+        | Request::Files(_) => Ok(()),
     };
     result.is_ok()
 }

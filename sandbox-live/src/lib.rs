@@ -20,7 +20,9 @@
 #![deny(missing_docs)]
 
 pub mod client;
+mod client_files;
 mod exec;
+pub mod files;
 pub mod ports;
 pub mod protocol;
 pub mod pty;
@@ -29,6 +31,7 @@ pub mod server;
 pub mod state;
 pub mod supervisor;
 mod table;
+pub mod watch;
 
 pub use client::{LiveSandbox, Pty, StartOptions, SUPERVISOR_NAME};
 pub use protocol::{

@@ -71,6 +71,8 @@ pub enum Request {
     Resume,
     /// Forwards a host address to a TCP port inside the sandbox.
     Publish(PublishRequest),
+    /// A file operation ([`crate::files`]).
+    Files(crate::files::FileRequest),
     /// Ends the sandbox: every process, its namespaces and cgroup, its state directory.
     Stop,
 }
@@ -328,6 +330,31 @@ pub enum Reply {
     Published {
         /// The port.
         port: PublishedPort,
+    },
+    /// A file's contents (`read`).
+    FileData {
+        /// Base64 of the bytes.
+        data: String,
+    },
+    /// A directory's entries (`list`).
+    Entries {
+        /// Sorted by name.
+        entries: Vec<sandbox_os::file_tree::DirEntry>,
+    },
+    /// One entry (`stat`).
+    Entry {
+        /// The entry.
+        entry: sandbox_os::file_tree::DirEntry,
+    },
+    /// What an `upload` or `download` moved.
+    Transferred {
+        /// Files, directories and bytes.
+        transfer: sandbox_os::file_tree::Transfer,
+    },
+    /// A change under a watched directory.
+    FileEvent {
+        /// What changed.
+        change: crate::watch::FileChange,
     },
     /// Answer to `ps`.
     Processes {

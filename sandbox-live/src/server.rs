@@ -340,6 +340,8 @@ fn init_events(context: &Context) -> bool {
                 *slot = Some(Err(errno));
             }
         }
+        // Taken once when the sandbox started; init sends it on request only.
+        Ok(Some((LiveEvent::Root, _))) => {}
         Ok(Some((LiveEvent::Refused { message }, _))) => {
             tracing::warn!("the live sandbox's init refused a request: {message}");
         }
@@ -402,6 +404,21 @@ fn connection(stream: UnixStream, context: &Arc<Context>) {
             .is_ok(),
             Request::Pause => send(&out, &pause(context)).is_ok(),
             Request::Resume => send(&out, &resume(context)).is_ok(),
+            Request::Files(crate::files::FileRequest::Watch { path, recursive }) => {
+                match crate::files::workdir(context)
+                    .and_then(|workdir| crate::files::relative(&path, &workdir))
+                {
+                    Ok(rel) => crate::watch::watch(context, &rel, recursive, &out),
+                    Err(error) => send(
+                        &out,
+                        &Reply::Error {
+                            error: WireError::from(&error),
+                        },
+                    )
+                    .is_ok(),
+                }
+            }
+            Request::Files(request) => send(&out, &crate::files::serve(context, request)).is_ok(),
             Request::Publish(request) => {
                 let reply = match crate::ports::publish(context, &request) {
                     Ok(port) => Reply::Published { port },

@@ -277,3 +277,126 @@ fn a_tool_on_a_terminal_cannot_inject_input_with_tiocsti() {
     let shown = terminal_shows(&pty, "refused");
     assert!(!shown.contains("injected"), "{shown}");
 }
+
+fn run_ok(sandbox: &LiveSandbox, script: &str) -> String {
+    let mut out = Vec::new();
+    let exit = sandbox
+        .exec(argv(&["sh", "-c", script]), None, |_, bytes| {
+            out.extend_from_slice(bytes)
+        })
+        .expect("exec");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert_eq!(exit.exit_code, Some(0), "{script}: {text}");
+    text
+}
+
+/// File operations on a live sandbox's own mount tree: what the host writes the tool reads
+/// and may change, and a symlink the tool planted is never followed (not to read, not to
+/// write through, not on the way); a read-only mount stays read-only; they work while the
+/// sandbox is paused.
+#[test]
+fn file_operations_never_follow_a_symlink_the_tool_planted() {
+    let state = state_dir();
+    let sandbox = LiveSandbox::start(&Caps::new(), &options(state.path())).expect("start");
+    sandbox
+        .write_file("/tmp/a/b.txt", b"from the host")
+        .expect("write");
+    assert_eq!(run_ok(&sandbox, "cat /tmp/a/b.txt"), "from the host");
+    // The sandbox's user owns what the host made.
+    run_ok(&sandbox, "echo ' and the tool' >> /tmp/a/b.txt");
+    assert_eq!(
+        sandbox.read_file("/tmp/a/b.txt").expect("read"),
+        b"from the host and the tool\n"
+    );
+    let names: Vec<String> = sandbox
+        .list_dir("/tmp/a")
+        .expect("list")
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec!["b.txt".to_string()]);
+    assert_eq!(sandbox.stat("/tmp/a/b.txt").expect("stat").size, 27);
+    sandbox.mkdir("/tmp/x/y", true).expect("mkdir -p");
+    sandbox
+        .rename("/tmp/a/b.txt", "/tmp/x/y/c.txt")
+        .expect("rename");
+    assert_eq!(run_ok(&sandbox, "ls /tmp/x/y"), "c.txt\n");
+    run_ok(
+        &sandbox,
+        "echo secret > /tmp/secret; ln -s /tmp/secret /tmp/link; ln -s /tmp /tmp/dirlink",
+    );
+    for path in ["/tmp/link", "/tmp/dirlink/secret"] {
+        let err = sandbox.read_file(path).expect_err(path);
+        assert_eq!(err.kind(), sandbox_core::ErrorKind::InvalidRequest, "{err}");
+    }
+    assert!(sandbox.write_file("/tmp/dirlink/new", b"x").is_err());
+    sandbox
+        .write_file("/tmp/link", b"replaced")
+        .expect("write over the link");
+    assert_eq!(
+        run_ok(&sandbox, "cat /tmp/secret"),
+        "secret\n",
+        "not written through"
+    );
+    assert_eq!(
+        sandbox.read_file("/tmp/link").expect("a file now"),
+        b"replaced"
+    );
+    assert!(
+        sandbox.write_file("/usr/strata-test", b"x").is_err(),
+        "read-only mount"
+    );
+    assert!(sandbox.read_file("../etc/passwd").is_err());
+    sandbox.pause().expect("pause");
+    assert_eq!(
+        sandbox.read_file("/tmp/secret").expect("read while paused"),
+        b"secret\n"
+    );
+    sandbox.resume().expect("resume");
+    sandbox.remove("/tmp/x").expect("remove");
+    assert_eq!(
+        run_ok(&sandbox, "ls /tmp/x 2>&1 || echo gone"),
+        "ls: cannot access '/tmp/x': No such file or directory\ngone\n"
+    );
+}
+
+/// A watch reports what a tool does under a directory, also in directories it makes.
+#[test]
+fn a_watch_reports_changes_a_tool_makes_below_a_directory() {
+    let state = state_dir();
+    let sandbox = LiveSandbox::start(&Caps::new(), &options(state.path())).expect("start");
+    sandbox.mkdir("/tmp/w", false).expect("mkdir");
+    let id = sandbox.id().to_string();
+    let state_path = state.path().to_path_buf();
+    let watcher = std::thread::spawn(move || {
+        let other = LiveSandbox::attach_in(&state_path, &id).expect("attach");
+        let mut seen = Vec::new();
+        other
+            .watch("/tmp/w", true, |change| {
+                seen.push((change.kind, change.path.clone()));
+                !(change.kind == sandbox_live::watch::ChangeKind::Remove
+                    && change.path == "/tmp/w/f")
+            })
+            .expect("watch");
+        seen
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    run_ok(
+        &sandbox,
+        "echo x > /tmp/w/f; mkdir /tmp/w/d; sleep 0.3; echo y > /tmp/w/d/g; rm /tmp/w/f",
+    );
+    let seen = watcher.join().expect("watcher");
+    use sandbox_live::watch::ChangeKind::{Create, Remove, Write};
+    for wanted in [
+        (Create, "/tmp/w/f"),
+        (Write, "/tmp/w/f"),
+        (Create, "/tmp/w/d"),
+        (Create, "/tmp/w/d/g"),
+        (Remove, "/tmp/w/f"),
+    ] {
+        assert!(
+            seen.iter().any(|(k, p)| *k == wanted.0 && p == wanted.1),
+            "{wanted:?} in {seen:?}"
+        );
+    }
+}

@@ -20,6 +20,7 @@ mod cgroup;
 mod cgroup_cleanup;
 mod egress_link;
 mod egress_transparent;
+pub mod file_tree;
 mod fs_policy;
 mod helper;
 mod identity;

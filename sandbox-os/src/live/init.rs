@@ -127,6 +127,19 @@ fn serve_one(
         // As pid 1, `kill(-1)` reaches every process of the sandbox but init; the kernel
         // also signals children forked while it is under way. Nothing to report: with no
         // process left there is nothing to stop.
+        LiveRequest::Root => match rustix::fs::open(
+            "/",
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            Ok(root) => {
+                let _ = wire::send(channel.as_fd(), &LiveEvent::Root, &[root.as_fd()]);
+                return;
+            }
+            Err(e) => LiveEvent::Refused {
+                message: format!("init cannot open its root directory: {e}"),
+            },
+        },
         LiveRequest::StopAll => {
             let _ = sys::kill(-1, libc::SIGSTOP);
             return;

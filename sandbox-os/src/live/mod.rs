@@ -23,6 +23,7 @@ use sandbox_core::{
 use sandbox_egress::host::RunEgress;
 
 use crate::cgroup::RunCgroup;
+use crate::file_tree::FileTree;
 use crate::protocol::{Command, Enforced, Event, FrameBuffer};
 use crate::supervise::Prepared;
 use crate::sys;
@@ -62,6 +63,8 @@ pub struct LiveProcess {
     workdir: PathBuf,
     control: FrameBuffer,
     paused: Option<PauseMethod>,
+    /// The sandbox's root directory (`O_PATH`), from init.
+    root: OwnedFd,
 }
 
 /// How a live sandbox is paused.
@@ -151,6 +154,7 @@ impl LiveProcess {
             (Mechanism::Supervisor, PauseMethod::Signals)
         };
         receipt.enforce(Capability::Lifetime, mechanism, "pause", method.describe());
+        let root = take_root(&channel)?;
         Ok(LiveProcess {
             helper,
             channel,
@@ -161,6 +165,28 @@ impl LiveProcess {
             workdir,
             control,
             paused: None,
+            root,
+        })
+    }
+
+    /// The sandbox's files, seen from the host through its root directory: every path
+    /// beneath it, never following a symlink (see [`FileTree`]); each copy bounded by
+    /// `max_transfer` bytes. What the host makes is given to the sandbox's user.
+    ///
+    /// # Errors
+    /// The root descriptor cannot be copied (out of descriptors).
+    pub fn files(&self, max_transfer: u64) -> Result<FileTree> {
+        let root = self
+            .root
+            .try_clone()
+            .map_err(|e| Error::internal("copy the live sandbox's root descriptor", e))?;
+        let owner = rustix::fs::fstat(&root)
+            .map_err(|e| Error::internal("read the live sandbox's root", e.into()))?;
+        let tree = FileTree::new(root, max_transfer);
+        Ok(if rustix::process::geteuid().is_root() {
+            tree.with_owner(owner.st_uid, owner.st_gid)
+        } else {
+            tree
         })
     }
 
@@ -391,6 +417,32 @@ fn wait_closed(fd: std::os::fd::RawFd, timeout: Duration) {
             },
             Err(_) => {}
         }
+    }
+}
+
+/// Asks init for its root directory and waits (at most [`START_DEADLINE`]) for it; nothing
+/// else is in flight on the channel yet.
+fn take_root(channel: &OwnedFd) -> Result<OwnedFd> {
+    let failed =
+        |e: std::io::Error| Error::setup(SetupStage::Processes, "take the live sandbox's root", e);
+    wire::send(channel.as_fd(), &LiveRequest::Root, &[]).map_err(failed)?;
+    let mut fds = [sys::pollfd_in(channel.as_raw_fd())];
+    let wait = i32::try_from(START_DEADLINE.as_millis()).unwrap_or(i32::MAX);
+    if !matches!(sys::poll(&mut fds, wait), Ok(n) if n > 0) {
+        return Err(failed(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "init did not answer",
+        )));
+    }
+    match wire::receive::<LiveEvent>(channel.as_fd()).map_err(failed)? {
+        Some((LiveEvent::Root, fds)) => fds
+            .into_iter()
+            .next()
+            .ok_or_else(|| failed(std::io::Error::other("init sent no descriptor"))),
+        Some((other, _)) => Err(failed(std::io::Error::other(format!(
+            "init answered {other:?}"
+        )))),
+        None => Err(failed(std::io::Error::other("init is gone"))),
     }
 }
 

@@ -48,6 +48,9 @@ pub enum LiveRequest {
         /// The signal number.
         signal: i32,
     },
+    /// Send a descriptor of the sandbox's root directory (`O_PATH`), for the host's file
+    /// operations on the sandbox's own mount tree. The answer is [`LiveEvent::Root`].
+    Root,
     /// Stop every process of the sandbox but init with `SIGSTOP` (how a sandbox without a
     /// cgroup freezer pauses).
     StopAll,
@@ -91,6 +94,8 @@ pub enum LiveEvent {
         /// Raw wait status.
         wait_status: i32,
     },
+    /// The packet carries the sandbox's root directory (`O_PATH`).
+    Root,
     /// Connection `id` is under way: the packet carries its non-blocking socket (the host
     /// waits until it is writable and reads `SO_ERROR`).
     Connecting {
