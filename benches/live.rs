@@ -8,6 +8,15 @@
 //! - `live/exec_detached_true`: the same, detached (answer at start, no output stream).
 //! - `live/one_shot_run_true`: a warm one-shot run of `/bin/true` (`Sandbox::run`, pooled).
 //! - `live/start_stop`: starting an owned live sandbox and stopping it.
+//! - `live/pause_resume`: pausing a live sandbox (its cgroup frozen, or stop signals) and
+//!   resuming it.
+//! - `live/pty_round_trip`: a byte typed into a terminal exec (`cat` on a pty) until its
+//!   echo comes back to the client.
+//! - `live/publish_connect`: a TCP connection through a published port to a server in the
+//!   sandbox, until its first byte arrives.
+//!
+//! `benches/live_many.rs` measures 100 live sandboxes on one machine and the memory each
+//! idle one holds.
 //!
 //! Ratios: `benches/ratios.sh` style, or read them off criterion's report.
 
@@ -63,6 +72,14 @@ fn live(c: &mut Criterion) {
     group.bench_function("exec_detached_true", |b| {
         b.iter(|| sandbox.spawn(request.clone()).expect("spawn"))
     });
+    group.bench_function("pause_resume", |b| {
+        b.iter(|| {
+            sandbox.pause().expect("pause");
+            sandbox.resume().expect("resume");
+        })
+    });
+    pty_round_trip(&mut group, &sandbox);
+    publish_connect(&mut group, &sandbox);
     drop(sandbox);
     let oneshot = Sandbox::builder()
         .backend(BackendChoice::Only(BackendKind::Process))
@@ -84,6 +101,97 @@ fn live(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// Reads what a channel delivers, as a process's stdin.
+struct ChannelInput(std::sync::mpsc::Receiver<Vec<u8>>, Vec<u8>);
+
+impl std::io::Read for ChannelInput {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.1.is_empty() {
+            match self.0.recv() {
+                Ok(bytes) => self.1 = bytes,
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.1.len());
+        buf[..n].copy_from_slice(&self.1[..n]);
+        self.1.drain(..n);
+        Ok(n)
+    }
+}
+
+fn pty_round_trip(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    sandbox: &LiveSandbox,
+) {
+    let (typed, input) = std::sync::mpsc::channel::<Vec<u8>>();
+    let (echoed, echoes) = std::sync::mpsc::channel::<usize>();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let request = ExecRequest {
+                argv: vec!["cat".into()],
+                tty: Some(strata::live::TtySize { rows: 24, cols: 80 }),
+                ..ExecRequest::default()
+            };
+            let stdin = Box::new(ChannelInput(input, Vec::new()));
+            let _ = sandbox.exec(request, Some(stdin), |_, bytes| {
+                let _ = echoed.send(bytes.iter().filter(|b| **b == b'x').count());
+            });
+        });
+        group.bench_function("pty_round_trip", |b| {
+            b.iter(|| {
+                typed.send(b"x".to_vec()).expect("type");
+                let mut seen = 0;
+                while seen == 0 {
+                    seen += echoes.recv().expect("echo");
+                }
+            })
+        });
+        // End of input ends cat (^D on an empty line).
+        let _ = typed.send(b"\n\x04".to_vec());
+        drop(typed);
+    });
+}
+
+fn publish_connect(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    sandbox: &LiveSandbox,
+) {
+    use std::io::Read;
+    let server = "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('127.0.0.1',8000))\ns.listen(64)\nwhile True:\n  c,_=s.accept()\n  c.sendall(b'x')\n  c.close()\n";
+    let pid = sandbox
+        .spawn(ExecRequest {
+            argv: vec!["python3".into(), "-c".into(), server.into()],
+            ..ExecRequest::default()
+        })
+        .expect("server");
+    let port = sandbox
+        .publish(&strata::live::PublishRequest {
+            guest_port: 8000,
+            host_ip: None,
+            host_port: None,
+        })
+        .expect("publish");
+    let address = format!("127.0.0.1:{}", port.host_port);
+    let fetch = || {
+        let mut stream = std::net::TcpStream::connect(&address).ok()?;
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).ok()?;
+        Some(byte[0])
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fetch().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server in the sandbox answers"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    group.bench_function("publish_connect", |b| {
+        b.iter(|| fetch().expect("through the published port"))
+    });
+    let _ = sandbox.kill(pid, libc::SIGKILL);
 }
 
 criterion_group!(benches, live);

@@ -467,6 +467,13 @@ impl From<&Error> for WireError {
                 message: source.to_string(),
             },
             Error::Cancelled => WireError::Cancelled,
+            // The OS error travels in words: the client's error says what failed and why.
+            Error::Internal { message, source } => WireError::Internal {
+                message: match source {
+                    Some(source) => format!("{message}: {source}"),
+                    None => message.clone(),
+                },
+            },
             other => WireError::Internal {
                 message: other.to_string(),
             },
@@ -538,6 +545,18 @@ mod tests {
             assert_eq!(back.setup_stage(), error.setup_stage());
             assert_eq!(back.to_string(), error.to_string());
         }
+    }
+
+    #[test]
+    fn an_internal_error_keeps_its_os_error_in_words_and_one_prefix() {
+        let error = Error::internal(
+            "host path /x",
+            std::io::Error::from_raw_os_error(libc::EACCES),
+        );
+        let text = Error::from(WireError::from(&error)).to_string();
+        assert!(text.contains("host path /x"), "{text}");
+        assert!(text.contains("Permission denied"), "{text}");
+        assert_eq!(text.matches("internal failure").count(), 1, "{text}");
     }
 
     #[test]

@@ -597,6 +597,9 @@ fn host_error(host: &Path, e: io::Error) -> Error {
             "a symlink: {} (session copies never follow symlinks)",
             host.display()
         )),
+        Some(Errno::ACCESS) | Some(Errno::PERM) | Some(Errno::ROFS) | Some(Errno::EXIST) => {
+            Error::invalid(format!("host path {}: {e}", host.display()))
+        }
         _ => Error::internal(format!("host path {}", host.display()), e),
     }
 }
