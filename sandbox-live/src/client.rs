@@ -519,6 +519,15 @@ impl LiveSandbox {
         }
     }
 
+    /// [`LiveSandbox::stop`] through a shared handle (other threads may still use it; their
+    /// requests then fail as on a stopped sandbox). Returns once everything is gone.
+    ///
+    /// # Errors
+    /// The sandbox was already gone.
+    pub fn stop_shared(&self) -> Result<()> {
+        self.ok(&Request::Stop)
+    }
+
     /// Ends the sandbox: every process, its namespaces, cgroup and state; returns once
     /// everything is gone.
     ///

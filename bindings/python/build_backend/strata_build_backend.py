@@ -1,9 +1,10 @@
 """PEP 517 build backend of strata-sandbox: maturin, plus the helper binary.
 
 maturin builds only the native module (a cdylib). The process backend also needs the
-``strata-helper`` executable, so before maturin builds a wheel this backend runs
-``cargo build --release --workspace --bin strata-helper`` and copies the binary to
-``python/strata/_bin/``, from where the wheel ships it, executable bit included.
+``strata-helper`` executable, and live sandboxes their supervisor ``strata-live``, so
+before maturin builds a wheel this backend runs ``cargo build --release --workspace --bin
+NAME`` for each and copies the binaries to ``python/strata/_bin/``, from where the wheel
+ships them, executable bit included.
 
 ``--workspace`` resolves features exactly as CI's ``cargo build --release --workspace``
 does, and the release profile and the workspace target directory are the same, so after
@@ -30,7 +31,7 @@ from maturin import *  # noqa: F401,F403  (re-export every hook maturin provides
 _PROJECT = Path(__file__).resolve().parent.parent
 _BIN_DIR = _PROJECT / "python" / "strata" / "_bin"
 # (cargo package, binary) pairs shipped inside the wheel.
-_BINARIES = [("strata", "strata-helper")]
+_BINARIES = [("strata", "strata-helper"), ("sandbox-live", "strata-live")]
 
 
 def _cargo() -> str:

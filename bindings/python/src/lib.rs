@@ -15,6 +15,7 @@
 
 mod convert;
 mod errors;
+mod live;
 mod logging;
 mod messages;
 mod policy;
@@ -46,6 +47,7 @@ fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sandbox::PySandbox>()?;
     m.add_class::<sandbox::PyRunHandle>()?;
     m.add_class::<session::PySession>()?;
+    m.add_class::<live::PyLiveSandbox>()?;
     m.add_function(wrap_pyfunction!(packaged_helper, m)?)?;
     m.add_function(wrap_pyfunction!(policy::tier_preset, m)?)?;
     m.add_function(wrap_pyfunction!(policy::verify_audit, m)?)?;

@@ -611,6 +611,31 @@ impl PySandbox {
         crate::session::PySession::open(py, self, caps, workdir, max_transfer)
     }
 
+    /// Starts a `LiveSandbox`: one sandbox that stays up for a task (process backend).
+    /// `caps` default to the profile's, else `Caps()`; `ttl` and `idle_ttl` (seconds) end
+    /// it; `publish` lists TCP ports inside to publish on host loopback; `supervisor` is
+    /// the `strata-live` binary (default: the package's). Owned by the returned handle.
+    #[pyo3(signature = (
+        caps = None, *, ttl = None, idle_ttl = None, name = None, publish = Vec::new(),
+        supervisor = None, state_dir = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &self,
+        py: Python<'_>,
+        caps: Option<&Bound<'_, PyAny>>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        idle_ttl: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+        publish: Vec<u16>,
+        supervisor: Option<PathBuf>,
+        state_dir: Option<PathBuf>,
+    ) -> PyResult<crate::live::PyLiveSandbox> {
+        crate::live::start(
+            py, self, caps, ttl, idle_ttl, name, publish, supervisor, state_dir,
+        )
+    }
+
     /// Revokes every elevation the approver granted so far; later runs beyond their tier
     /// ask again.
     fn revoke_elevations(&self) {

@@ -110,9 +110,15 @@ def http_server(tmp_path: Path, tmpdir_env: Dict[str, str]) -> Iterator[HttpServ
     try:
         yield server
     finally:
+        # SIGTERM first: the server closes its sessions (a session's tmpfs is unmounted);
+        # SIGKILL would leave them for the next server's sweep.
         if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait()
+            server.proc.terminate()
+            try:
+                server.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.proc.kill()
+                server.proc.wait()
 
 
 def structured(result: Any) -> Dict[str, Any]:

@@ -21,8 +21,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
+import threading
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from strata import _strata
 from strata._strata import (
@@ -35,6 +49,7 @@ from strata._strata import (
     InternalError,
     InvalidRequestError,
     LimitExceededError,
+    LiveSandbox,
     MessageVerifier,
     Receipt,
     RunHandle,
@@ -65,6 +80,8 @@ __all__ = [
     "InternalError",
     "InvalidRequestError",
     "LimitExceededError",
+    "LiveSandbox",
+    "AsyncLiveSandbox",
     "MessageVerifier",
     "Receipt",
     "RunHandle",
@@ -84,6 +101,7 @@ __all__ = [
     "bundled_helper",
     "caps_for_call",
     "doctor",
+    "follow",
     "generate_agent_key",
     "tier_preset",
     "verify_audit",
@@ -105,6 +123,7 @@ CapsLike = Union[Caps, Mapping[str, Any], None]
 OutputCallback = Callable[[Any], object]
 
 _BUNDLED_HELPER = Path(__file__).resolve().parent / "_bin" / "strata-helper"
+_BUNDLED_SUPERVISOR = Path(__file__).resolve().parent / "_bin" / "strata-live"
 
 # A library does not configure logging: without this, Python's last-resort handler would
 # print the Rust side's warnings (e.g. "run refused or failed") to stderr.
@@ -114,6 +133,110 @@ logging.getLogger("strata").addHandler(logging.NullHandler())
 def bundled_helper() -> Optional[Path]:
     """The ``strata-helper`` binary shipped inside this package, or ``None`` if absent."""
     return _BUNDLED_HELPER if _BUNDLED_HELPER.is_file() else None
+
+
+def _default_supervisor() -> Optional[str]:
+    # $STRATA_LIVE, then the copy inside the wheel; None lets the library search.
+    explicit = os.environ.get("STRATA_LIVE")
+    if explicit:
+        return explicit
+    return str(_BUNDLED_SUPERVISOR) if _BUNDLED_SUPERVISOR.is_file() else None
+
+
+def follow(live: LiveSandbox, pid: int) -> Iterator[Tuple[str, bytes]]:
+    """Yields ``(stream, data)`` for process ``pid`` of a :class:`LiveSandbox`:
+    ``stream`` is ``"stdout"`` or ``"stderr"``; first the output kept so far, then what it
+    writes, until it exits. Stopping the iteration early leaves the process running."""
+    chunks: "queue.Queue[Any]" = queue.Queue()
+    done = object()
+
+    def reader() -> None:
+        try:
+            live._follow(pid, lambda stream, data: chunks.put((stream, data)))
+            chunks.put(done)
+        except BaseException as error:  # handed to the consumer, raised there
+            chunks.put(error)
+
+    threading.Thread(target=reader, name="strata-follow", daemon=True).start()
+    while True:
+        item = chunks.get()
+        if item is done:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
+class AsyncLiveSandbox:
+    """A :class:`LiveSandbox` for asyncio (``Sandbox.astart``): the same methods as
+    coroutines, each on its own thread; ``stream(pid)`` is an async generator of output
+    chunks. ``async with`` stops the sandbox."""
+
+    def __init__(self, live: LiveSandbox) -> None:
+        self.live = live
+
+    @property
+    def id(self) -> str:
+        """The sandbox's id."""
+        return self.live.id
+
+    async def exec(self, argv: ToolLike, **options: Any) -> Dict[str, Any]:
+        """:meth:`LiveSandbox.exec`, awaitable."""
+        return dict(await asyncio.to_thread(lambda: self.live.exec(argv, **options)))
+
+    async def spawn(self, argv: ToolLike, **options: Any) -> int:
+        """:meth:`LiveSandbox.spawn`, awaitable."""
+        return await asyncio.to_thread(lambda: self.live.spawn(argv, **options))
+
+    async def wait(self, pid: int) -> Dict[str, Any]:
+        """:meth:`LiveSandbox.wait`, awaitable."""
+        return dict(await asyncio.to_thread(self.live.wait, pid))
+
+    async def stream(self, pid: int) -> AsyncIterator[Tuple[str, bytes]]:
+        """Like :func:`follow`, as an async generator."""
+        loop = asyncio.get_running_loop()
+        chunks: "asyncio.Queue[Any]" = asyncio.Queue()
+        done = object()
+
+        def reader() -> None:
+            try:
+                self.live._follow(
+                    pid,
+                    lambda stream, data: loop.call_soon_threadsafe(
+                        chunks.put_nowait, (stream, data)
+                    ),
+                )
+                loop.call_soon_threadsafe(chunks.put_nowait, done)
+            except BaseException as error:
+                loop.call_soon_threadsafe(chunks.put_nowait, error)
+
+        threading.Thread(target=reader, name="strata-follow", daemon=True).start()
+        while True:
+            item = await chunks.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def __getattr__(self, name: str) -> Any:
+        # Every other method (ps, logs, kill, pause, resume, publish, the files, stop):
+        # the same call on a thread.
+        method = getattr(self.live, name)
+        if not callable(method):
+            return method
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return call
+
+    async def __aenter__(self) -> "AsyncLiveSandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool:
+        await asyncio.to_thread(self.live.stop)
+        return False
 
 
 def _default_helper() -> str:
@@ -375,6 +498,35 @@ class Sandbox(_strata.Sandbox):
             on_stdout,
             on_stderr,
         )
+
+    def start(
+        self,
+        caps: CapsLike = None,
+        *,
+        ttl: Optional[float] = None,
+        idle_ttl: Optional[float] = None,
+        name: Optional[str] = None,
+        publish: Sequence[int] = (),
+        supervisor: Union[str, "os.PathLike[str]", None] = None,
+        state_dir: Union[str, "os.PathLike[str]", None] = None,
+    ) -> LiveSandbox:
+        """Starts a :class:`LiveSandbox`: one sandbox that stays up for a task (process
+        backend), owned by the returned handle (``with sb.start() as live:``).
+        ``supervisor`` defaults to ``$STRATA_LIVE`` or the ``strata-live`` binary shipped in
+        the wheel; ``publish`` lists TCP ports inside to publish on host loopback."""
+        return super().start(
+            caps,
+            ttl=ttl,
+            idle_ttl=idle_ttl,
+            name=name,
+            publish=list(publish),
+            supervisor=supervisor if supervisor is not None else _default_supervisor(),
+            state_dir=state_dir,
+        )
+
+    async def astart(self, caps: CapsLike = None, **options: Any) -> "AsyncLiveSandbox":
+        """Like :meth:`start`, for asyncio: ``async with await sb.astart() as live:``."""
+        return AsyncLiveSandbox(await asyncio.to_thread(lambda: self.start(caps, **options)))
 
     def asession(
         self,

@@ -46,6 +46,7 @@ __all__ = [
     "agent_public_key",
     "Workspace",
     "Session",
+    "LiveSandbox",
     "caps_for_call",
 ]
 
@@ -456,6 +457,17 @@ class Sandbox:
         workdir: Optional[_Path] = None,
         max_transfer: Union[int, str, None] = None,
     ) -> Session: ...
+    def start(
+        self,
+        caps: _CapsLike = None,
+        *,
+        ttl: Optional[float] = None,
+        idle_ttl: Optional[float] = None,
+        name: Optional[str] = None,
+        publish: Sequence[int] = ...,
+        supervisor: Optional[_Path] = None,
+        state_dir: Optional[_Path] = None,
+    ) -> LiveSandbox: ...
     def revoke_elevations(self) -> None: ...
     def doctor(self) -> DoctorReport: ...
     def close(self) -> None: ...
@@ -481,6 +493,95 @@ class _FileEntry(TypedDict):
     kind: Literal["file", "dir", "symlink", "other"]
     size: int
     mode: int
+
+class _LiveExit(TypedDict):
+    pid: int
+    exit_code: Optional[int]
+    signal: Optional[int]
+    timed_out: bool
+    stdout: bytes
+    stderr: bytes
+
+class _LiveProcess(TypedDict):
+    pid: int
+    argv: List[str]
+    state: Literal["running", "exited"]
+    exit_code: Optional[int]
+    signal: Optional[int]
+    timed_out: bool
+
+class _LiveEntry(TypedDict):
+    name: str
+    kind: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int
+
+class _PublishedPort(TypedDict):
+    host_ip: str
+    host_port: int
+    guest_port: int
+
+@final
+class LiveSandbox:
+    """A sandbox that stays up for a task (``Sandbox.start``)."""
+
+    @staticmethod
+    def attach(id: str) -> LiveSandbox: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def stopped(self) -> bool: ...
+    def info(self) -> Dict[str, Any]: ...
+    def exec(
+        self,
+        argv: _ToolLike,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        workdir: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Optional[bytes] = None,
+    ) -> _LiveExit: ...
+    def spawn(
+        self,
+        argv: _ToolLike,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        workdir: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: bool = False,
+        tty: Optional[Tuple[int, int]] = None,
+    ) -> int: ...
+    def ps(self) -> List[_LiveProcess]: ...
+    def logs(self, pid: int, *, follow: bool = False) -> bytes: ...
+    def _follow(
+        self, pid: int, on_chunk: Callable[[str, bytes], object]
+    ) -> Optional[_LiveExit]: ...
+    def wait(self, pid: int) -> _LiveExit: ...
+    def kill(self, pid: int, signal: int = 15) -> None: ...
+    def write_stdin(self, pid: int, data: bytes) -> None: ...
+    def close_stdin(self, pid: int) -> None: ...
+    def resize(self, pid: int, rows: int, cols: int) -> None: ...
+    def pause(self) -> Literal["freezer", "signals"]: ...
+    def resume(self) -> None: ...
+    def publish(
+        self,
+        guest_port: int,
+        *,
+        host_port: Optional[int] = None,
+        host_ip: Optional[str] = None,
+    ) -> _PublishedPort: ...
+    def read_file(self, path: str) -> bytes: ...
+    def write_file(self, path: str, data: bytes) -> None: ...
+    def list_dir(self, path: str) -> List[_LiveEntry]: ...
+    def stat(self, path: str) -> _LiveEntry: ...
+    def mkdir(self, path: str, *, parents: bool = False) -> None: ...
+    def rename(self, src: str, dst: str) -> None: ...
+    def remove(self, path: str) -> None: ...
+    def upload(self, host_path: _Path, path: str) -> _Transfer: ...
+    def download(self, path: str, host_path: _Path) -> _Transfer: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> bool: ...
 
 @final
 class Session:
