@@ -1,12 +1,15 @@
 //! Live sandboxes: one sandbox that stays up for a task, its processes, and the supervisor
 //! that holds it ([`sandbox_live`]; see `docs/live.md`).
 
+pub use sandbox_live::protocol::encode as encode_bytes;
 pub use sandbox_live::protocol::{
     ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
     TtySize,
 };
 pub use sandbox_live::watch::{ChangeKind, FileChange};
-pub use sandbox_live::{LiveSandbox, PauseMethod, Pty, StartOptions, Stream, SUPERVISOR_NAME};
+pub use sandbox_live::{
+    LiveSandbox, OutputSince, PauseMethod, Pty, StartOptions, Stream, SUPERVISOR_NAME,
+};
 pub use sandbox_os::file_tree::DirEntry;
 
 use sandbox_core::{Caps, Error, Result};

@@ -193,6 +193,12 @@ export class Sandbox {
    * @throws {InvalidRequestError} for bad caps or options (nothing is made).
    */
   session(caps?: Caps | null, options?: SessionOptions): Session
+  /**
+   * Starts a live sandbox: one sandbox that stays up for a task (process backend), owned by
+   * this process (it ends with {@link LiveSandbox.stop}, its TTLs, or this process's exit).
+   * @throws {InvalidRequestError} for bad caps or options (nothing is started).
+   */
+  start(caps?: Caps | null, options?: StartOptions): Promise<LiveSandbox>
   /** Revokes every elevation the approver granted so far. */
   revokeElevations(): void
 }
@@ -263,6 +269,133 @@ export declare class Session {
   remove(path: string): Promise<void>
   /** Cancels the calls in flight and removes the session's directory. Idempotent. */
   close(): Promise<void>
+}
+
+/** Options of {@link Sandbox.start}. */
+export interface StartOptions {
+  /** End the sandbox this many seconds after it started. Default: none. */
+  ttl?: number
+  /** End it after this many seconds without a request. Default: none. */
+  idleTtl?: number
+  /** A name to attach by, besides its id. */
+  name?: string
+  /** TCP ports inside to publish on host loopback (a free host port each). */
+  publish?: number[]
+  /** The `strata-live` binary. Default: `$STRATA_LIVE`, else the package's `bin/strata-live`. */
+  supervisor?: string
+  /** The state directory (0700). Default: `$STRATA_STATE_DIR`, `$XDG_RUNTIME_DIR/strata`, ... */
+  stateDir?: string
+}
+
+/** Options of {@link LiveSandbox.exec}. */
+export interface LiveExecOptions {
+  /** Variables on top of the sandbox's environment. */
+  env?: Record<string, string>
+  /** Working directory inside the sandbox. */
+  workdir?: string
+  /** Seconds after which its process group is killed (`timedOut`). */
+  timeout?: number
+  /** Bytes written to its stdin, which is then closed. */
+  stdin?: Buffer | Uint8Array | string
+  /** Aborting kills the process (the Promise rejects with CancelledError). */
+  signal?: AbortSignal
+}
+
+/** Options of {@link LiveSandbox.spawn}. */
+export interface LiveSpawnOptions {
+  env?: Record<string, string>
+  workdir?: string
+  timeout?: number
+  /** Keep its stdin open for {@link LiveSandbox.writeStdin}. */
+  stdin?: boolean
+  /** Run it on a terminal of this size (output is one stream). */
+  tty?: { rows: number; cols: number }
+}
+
+/** How a process of a live sandbox ended. */
+export interface LiveExit {
+  pid: number
+  exitCode: number | null
+  signal: number | null
+  timedOut: boolean
+}
+
+/** A foreground exec's result. */
+export interface LiveExecResult extends LiveExit {
+  stdout: Buffer
+  stderr: Buffer
+}
+
+/** One process of a live sandbox. */
+export interface LiveProcess extends LiveExit {
+  argv: string[]
+  state: 'running' | 'exited'
+}
+
+/** A chunk of a process's output. */
+export interface LiveOutput {
+  stream: 'stdout' | 'stderr'
+  data: Buffer
+}
+
+/** An entry of {@link LiveSandbox.listDir}. */
+export interface LiveEntry {
+  name: string
+  kind: 'file' | 'dir' | 'symlink' | 'other'
+  size: number
+  mode: number
+}
+
+/** A published port. */
+export interface PublishedPort {
+  hostIp: string
+  hostPort: number
+  guestPort: number
+}
+
+/**
+ * A sandbox that stays up for a task (see {@link Sandbox.start} and docs/live.md): every
+ * exec runs in the same sandbox, files stay between execs, spawned processes keep running.
+ * File operations never follow a symlink the tool planted. Requests on a stopped sandbox
+ * reject with {@link InvalidRequestError}.
+ */
+export declare class LiveSandbox {
+  private constructor()
+  /** Reaches the live sandbox `id` (or name) of this user; not owned by the handle. */
+  static attach(id: string): Promise<LiveSandbox>
+  readonly id: string
+  readonly stopped: boolean
+  /** What it is now: id, backend, receipt, clocks, paused, ports, cpu_us. */
+  info(): Promise<Record<string, unknown>>
+  exec(argv: readonly string[], options?: LiveExecOptions): Promise<LiveExecResult>
+  /** Starts `argv` in the background; resolves to its pid. */
+  spawn(argv: readonly string[], options?: LiveSpawnOptions): Promise<number>
+  ps(): Promise<LiveProcess[]>
+  /** Kept output, then live output until the process exits. */
+  output(pid: number, options?: { signal?: AbortSignal }): AsyncGenerator<LiveOutput, void, undefined>
+  /** The output kept so far (the last 1 MiB), stdout and stderr as written. */
+  logs(pid: number): Promise<Buffer>
+  wait(pid: number): Promise<LiveExit>
+  kill(pid: number, signal?: number): Promise<void>
+  writeStdin(pid: number, data: Buffer | Uint8Array | string): Promise<void>
+  closeStdin(pid: number): Promise<void>
+  resize(pid: number, rows: number, cols: number): Promise<void>
+  /** Freezes every process; resolves to how (`freezer`, else `signals`). */
+  pause(): Promise<'freezer' | 'signals'>
+  resume(): Promise<void>
+  /** Publishes the TCP port `guestPort` inside on the host (loopback, a free port by default). */
+  publish(guestPort: number, options?: { hostPort?: number; hostIp?: string }): Promise<PublishedPort>
+  readFile(path: string): Promise<Buffer>
+  writeFile(path: string, data: Buffer | Uint8Array | string): Promise<void>
+  listDir(path: string): Promise<LiveEntry[]>
+  stat(path: string): Promise<LiveEntry>
+  mkdir(path: string, options?: { parents?: boolean }): Promise<void>
+  rename(from: string, to: string): Promise<void>
+  remove(path: string): Promise<void>
+  upload(hostPath: string, path: string): Promise<Transfer>
+  download(path: string, hostPath: string): Promise<Transfer>
+  /** Ends the sandbox and every process in it; resolves once all of it is gone. */
+  stop(): Promise<void>
 }
 
 /** A new agent secret (32 random bytes, hex). Keep it secret; share only {@link agentPublicKey}. */

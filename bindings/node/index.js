@@ -9,7 +9,8 @@
 
 const fs = require('node:fs')
 const path = require('node:path')
-const { addonPath, helperPath } = require('./platform.js')
+const nodePath = path
+const { addonPath, helperPath, supervisorPath } = require('./platform.js')
 
 let native
 try {
@@ -352,6 +353,44 @@ class Sandbox {
     return new Session(unwrap(made), this)
   }
 
+  /**
+   * Starts a live sandbox: one sandbox that stays up for a task (see index.d.ts). Resolves
+   * to a LiveSandbox owned by this process; rejects with InvalidRequestError for bad caps or
+   * options (nothing is started then).
+   */
+  async start(caps, options) {
+    const opts = checkKeys(options, START_OPTIONS, 'start option')
+    const bad =
+      (opts.ttl !== undefined && typeof opts.ttl !== 'number' && 'ttl must be a number of seconds') ||
+      (opts.idleTtl !== undefined && typeof opts.idleTtl !== 'number' && 'idleTtl must be a number of seconds') ||
+      (opts.name !== undefined && typeof opts.name !== 'string' && 'name must be a string') ||
+      (opts.publish !== undefined &&
+        !(Array.isArray(opts.publish) && opts.publish.every((p) => Number.isInteger(p) && p > 0 && p < 65536)) &&
+        'publish must be an array of TCP ports (1-65535)') ||
+      (opts.supervisor !== undefined && typeof opts.supervisor !== 'string' && 'supervisor must be a path string') ||
+      (opts.stateDir !== undefined && typeof opts.stateDir !== 'string' && 'stateDir must be a path string')
+    if (bad) throw new InvalidRequestError(bad)
+    const supervisor =
+      opts.supervisor ?? process.env.STRATA_LIVE ?? (fs.existsSync(supervisorPath) ? supervisorPath : undefined)
+    let pending
+    try {
+      pending = this.#native.startLive(
+        caps,
+        JSON.stringify({
+          ttl: opts.ttl,
+          idleTtl: opts.idleTtl,
+          name: opts.name,
+          publish: opts.publish ?? [],
+          supervisor,
+          stateDir: opts.stateDir,
+        }),
+      )
+    } catch (error) {
+      throw fromConversion(error)
+    }
+    return new LiveSandbox(unwrap(await pending))
+  }
+
   /** Runs a call of `session` (used by Session.run). */
   [START](session, tool, options) {
     return this.#start(tool, undefined, options, SESSION_RUN_OPTIONS, undefined, session)
@@ -596,6 +635,233 @@ class Session {
   }
 }
 
+const START_OPTIONS = new Set(['ttl', 'idleTtl', 'name', 'publish', 'supervisor', 'stateDir'])
+const EXEC_OPTIONS = new Set(['env', 'workdir', 'timeout', 'stdin', 'signal'])
+const SPAWN_OPTIONS = new Set(['env', 'workdir', 'timeout', 'stdin', 'tty'])
+
+function execArgs(argv, opts) {
+  if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string')) {
+    throw new InvalidRequestError('argv must be an array of strings (never a shell string)')
+  }
+  if (opts.env !== undefined && (typeof opts.env !== 'object' || opts.env === null)) {
+    throw new InvalidRequestError('env must be an object of strings')
+  }
+  if (opts.workdir !== undefined && typeof opts.workdir !== 'string') {
+    throw new InvalidRequestError('workdir must be a path string')
+  }
+  if (opts.timeout !== undefined && !(typeof opts.timeout === 'number' && opts.timeout > 0)) {
+    throw new InvalidRequestError('timeout must be a positive number of seconds')
+  }
+  return {
+    argv,
+    env: opts.env,
+    workdir: opts.workdir,
+    timeoutMs: opts.timeout === undefined ? undefined : Math.ceil(opts.timeout * 1000),
+  }
+}
+
+function liveExit(exit) {
+  return { pid: exit.pid, exitCode: exit.exit_code ?? null, signal: exit.signal ?? null, timedOut: exit.timed_out }
+}
+
+/** A sandbox that stays up for a task. Made by `Sandbox.start`; see index.d.ts. */
+class LiveSandbox {
+  #native
+
+  constructor(nativeLive) {
+    if (!(nativeLive instanceof native.NativeLive)) {
+      throw new InvalidRequestError('live sandboxes are started with sandbox.start(caps) or LiveSandbox.attach(id)')
+    }
+    this.#native = nativeLive
+  }
+
+  /** Reaches the live sandbox `id` (or name) of this user; it is not owned by this handle. */
+  static async attach(id) {
+    if (typeof id !== 'string') throw new InvalidRequestError('id must be a string')
+    return new LiveSandbox(unwrap(await native.attachLive(id)))
+  }
+
+  get id() {
+    return this.#native.id
+  }
+
+  get stopped() {
+    return this.#native.stopped
+  }
+
+  async #call(op, args, data) {
+    return unwrap(await this.#native.call(op, JSON.stringify(args ?? {}), data))
+  }
+
+  async #json(op, args, data) {
+    return JSON.parse(await this.#call(op, args, data))
+  }
+
+  async info() {
+    return this.#json('info')
+  }
+
+  async exec(argv, options) {
+    const opts = checkKeys(options, EXEC_OPTIONS, 'exec option')
+    const args = execArgs(argv, opts)
+    const stdin = opts.stdin === undefined ? undefined : bytesOf(opts.stdin)
+    if (opts.signal !== undefined) {
+      // Cancellable: started detached, killed on abort, output read once it ended.
+      if (!(opts.signal instanceof AbortSignal)) throw new InvalidRequestError('signal must be an AbortSignal')
+      if (opts.signal.aborted) throw new CancelledError('the exec was aborted before it started')
+      const pid = await this.#json('spawn', { ...args, stdin: stdin !== undefined })
+      const onAbort = () => this.#call('kill', { pid, signal: 9 }).catch(() => {})
+      opts.signal.addEventListener('abort', onAbort)
+      try {
+        if (stdin !== undefined) {
+          await this.#call('writeStdin', { pid }, stdin)
+          await this.#call('closeStdin', { pid })
+        }
+        const exit = await this.#json('wait', { pid })
+        const out = { stdout: [], stderr: [] }
+        for await (const chunk of this.output(pid)) out[chunk.stream].push(chunk.data)
+        if (opts.signal.aborted) throw new CancelledError('the exec was aborted')
+        return { ...liveExit(exit), stdout: Buffer.concat(out.stdout), stderr: Buffer.concat(out.stderr) }
+      } finally {
+        opts.signal.removeEventListener('abort', onAbort)
+      }
+    }
+    const done = await this.#json('exec', { ...args, stdin: stdin !== undefined }, stdin)
+    return {
+      pid: done.pid,
+      exitCode: done.exitCode ?? null,
+      signal: done.signal ?? null,
+      timedOut: done.timedOut,
+      stdout: Buffer.from(done.stdout, 'base64'),
+      stderr: Buffer.from(done.stderr, 'base64'),
+    }
+  }
+
+  async spawn(argv, options) {
+    const opts = checkKeys(options, SPAWN_OPTIONS, 'spawn option')
+    const args = execArgs(argv, opts)
+    if (opts.stdin !== undefined && typeof opts.stdin !== 'boolean') throw new InvalidRequestError('stdin must be a boolean')
+    if (opts.tty !== undefined && !(typeof opts.tty === 'object' && opts.tty !== null)) {
+      throw new InvalidRequestError('tty must be { rows, cols }')
+    }
+    return this.#json('spawn', { ...args, stdin: opts.stdin ?? false, tty: opts.tty })
+  }
+
+  /** Every process started with exec or spawn. */
+  async ps() {
+    return (await this.#json('ps')).map((p) => ({
+      pid: p.pid,
+      argv: p.argv,
+      state: p.state,
+      exitCode: p.exit_code ?? null,
+      signal: p.signal ?? null,
+      timedOut: p.timed_out,
+    }))
+  }
+
+  /**
+   * Output of process `pid` as an async iterator of `{ stream, data }`: what is kept, then
+   * what it writes, until it exits (or `signal` aborts the iteration; the process runs on).
+   */
+  async *output(pid, options) {
+    const opts = checkKeys(options, new Set(['signal']), 'output option')
+    let offset = 0
+    for (;;) {
+      if (opts.signal?.aborted) return
+      const since = await this.#json('since', { pid, offset, waitMs: 1000 })
+      for (const chunk of since.chunks) yield { stream: chunk.stream, data: Buffer.from(chunk.data, 'base64') }
+      offset = since.next
+      if (since.exit) return
+    }
+  }
+
+  /** The output of process `pid` kept so far (the last 1 MiB), stdout and stderr as written. */
+  async logs(pid) {
+    const since = await this.#json('since', { pid, offset: 0, waitMs: 0 })
+    return Buffer.concat(since.chunks.map((chunk) => Buffer.from(chunk.data, 'base64')))
+  }
+
+  async wait(pid) {
+    return liveExit(await this.#json('wait', { pid }))
+  }
+
+  async kill(pid, signal = 15) {
+    await this.#call('kill', { pid, signal })
+  }
+
+  async writeStdin(pid, data) {
+    await this.#call('writeStdin', { pid }, bytesOf(data))
+  }
+
+  async closeStdin(pid) {
+    await this.#call('closeStdin', { pid })
+  }
+
+  async resize(pid, rows, cols) {
+    await this.#call('resize', { pid, rows, cols })
+  }
+
+  async pause() {
+    return this.#json('pause')
+  }
+
+  async resume() {
+    await this.#call('resume')
+  }
+
+  async publish(guestPort, options) {
+    const opts = checkKeys(options, new Set(['hostPort', 'hostIp']), 'publish option')
+    const port = await this.#json('publish', { guestPort, hostPort: opts.hostPort, hostIp: opts.hostIp })
+    return { hostIp: port.host_ip, hostPort: port.host_port, guestPort: port.guest_port }
+  }
+
+  async readFile(path) {
+    return this.#call('readFile', { path: pathArg(path, 'path') })
+  }
+
+  async writeFile(path, data) {
+    await this.#call('writeFile', { path: pathArg(path, 'path') }, bytesOf(data))
+  }
+
+  async listDir(path) {
+    return this.#json('listDir', { path: pathArg(path, 'path') })
+  }
+
+  async stat(path) {
+    return this.#json('stat', { path: pathArg(path, 'path') })
+  }
+
+  async mkdir(path, options) {
+    const opts = checkKeys(options, new Set(['parents']), 'mkdir option')
+    await this.#call('mkdir', { path: pathArg(path, 'path'), parents: opts.parents === true })
+  }
+
+  async rename(from, to) {
+    await this.#call('rename', { from: pathArg(from, 'from'), to: pathArg(to, 'to') })
+  }
+
+  async remove(path) {
+    await this.#call('remove', { path: pathArg(path, 'path') })
+  }
+
+  async upload(hostPath, path) {
+    return this.#json('upload', { from: nodePath.resolve(pathArg(hostPath, 'hostPath')), to: pathArg(path, 'path') })
+  }
+
+  async download(path, hostPath) {
+    return this.#json('download', { from: pathArg(path, 'path'), to: nodePath.resolve(pathArg(hostPath, 'hostPath')) })
+  }
+
+  /** Ends the sandbox and every process in it; resolves once all of it is gone. */
+  async stop() {
+    await this.#call('stop')
+  }
+
+  async [Symbol.asyncDispose]() {
+    await this.stop()
+  }
+}
+
 /** A transactional copy of a host directory. See index.d.ts. */
 class Workspace {
   #native
@@ -671,6 +937,7 @@ module.exports = {
   MessageVerifier,
   Workspace,
   Session,
+  LiveSandbox,
   generateAgentKey,
   agentPublicKey,
   capsForCall,

@@ -23,4 +23,6 @@ module.exports = {
   addonPath: path.join(__dirname, `strata.${triple}.node`),
   /** The sandbox helper binary, built by scripts/build.js. */
   helperPath: path.join(__dirname, 'bin', process.platform === 'win32' ? 'strata-helper.exe' : 'strata-helper'),
+  /** The live sandboxes' supervisor binary, built by scripts/build.js. */
+  supervisorPath: path.join(__dirname, 'bin', 'strata-live'),
 }

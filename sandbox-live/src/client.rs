@@ -432,6 +432,40 @@ impl LiveSandbox {
         }
     }
 
+    /// A process's output past byte `offset` of all it wrote, waiting up to `wait` (at most
+    /// 30 s) for some: the chunks, the bytes the ring dropped before them, the offset to
+    /// ask from next, and how the process ended once all its output was returned.
+    ///
+    /// # Errors
+    /// No such process, or the sandbox is gone.
+    pub fn logs_since(&self, pid: i32, offset: u64, wait: Duration) -> Result<OutputSince> {
+        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        match self.request(&Request::LogsSince {
+            pid,
+            offset,
+            wait_ms,
+        })? {
+            Reply::Since {
+                chunks,
+                missed,
+                next,
+                exit,
+            } => {
+                let chunks = chunks
+                    .into_iter()
+                    .map(|(stream, data)| decode(&data).map(|bytes| (stream, bytes)))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(OutputSince {
+                    chunks,
+                    missed,
+                    next,
+                    exit,
+                })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Waits for a process to exit.
     ///
     /// # Errors
@@ -554,6 +588,19 @@ impl LiveSandbox {
     pub(crate) fn connect(&self) -> Result<Connection> {
         Connection::open(&self.socket)
     }
+}
+
+/// What [`LiveSandbox::logs_since`] returns.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct OutputSince {
+    /// Output past the offset asked from, in order.
+    pub chunks: Vec<(Stream, Vec<u8>)>,
+    /// Bytes the ring dropped before these.
+    pub missed: u64,
+    /// The offset to ask from next.
+    pub next: u64,
+    /// How the process ended, once all its output was returned.
+    pub exit: Option<ExitInfo>,
 }
 
 /// A process on a terminal in a live sandbox ([`LiveSandbox::pty`]).

@@ -393,6 +393,11 @@ pub(crate) fn control(context: &Arc<Context>, request: Request, out: &Out) -> bo
             reply(out, &Reply::Processes { processes })
         }
         Request::Logs { pid, follow: f } => follow(context, pid, out, f),
+        Request::LogsSince {
+            pid,
+            offset,
+            wait_ms,
+        } => logs_since(context, pid, offset, wait_ms, out),
         Request::Wait { pid } => wait(context, pid, out),
         Request::Kill { pid, signal } => kill(context, pid, signal, out),
         Request::Stdin { pid, data } => write_stdin(context, pid, &data, out),
@@ -442,6 +447,53 @@ pub(crate) fn control(context: &Arc<Context>, request: Request, out: &Out) -> bo
         | Request::Files(_) => Ok(()),
     };
     result.is_ok()
+}
+
+/// Longest a `logs_since` waits: 30 s.
+const MAX_LONG_POLL: Duration = Duration::from_secs(30);
+
+fn logs_since(
+    context: &Context,
+    pid: i32,
+    offset: u64,
+    wait_ms: u64,
+    out: &Out,
+) -> std::io::Result<()> {
+    let deadline = Instant::now() + Duration::from_millis(wait_ms).min(MAX_LONG_POLL);
+    let mut table = context.table.lock();
+    table.attached += 1;
+    let answer = loop {
+        let Some(proc) = table.procs.get(&pid) else {
+            break None;
+        };
+        let read = proc.ring.read_from(offset);
+        let done = proc.finished();
+        if !read.chunks.is_empty()
+            || read.missed > 0
+            || done
+            || table.stopped
+            || Instant::now() >= deadline
+        {
+            let exit = if done { proc.exit } else { None };
+            break Some(Reply::Since {
+                chunks: read
+                    .chunks
+                    .into_iter()
+                    .map(|(stream, data)| (stream, encode(&data)))
+                    .collect(),
+                missed: read.missed,
+                next: read.next,
+                exit,
+            });
+        }
+        table = context.table.wait(table, Duration::from_millis(50));
+    };
+    table.attached -= 1;
+    drop(table);
+    match answer {
+        Some(reply) => send(out, &reply),
+        None => no_process(out, pid),
+    }
 }
 
 fn no_process(out: &Out, pid: i32) -> std::io::Result<()> {

@@ -33,7 +33,7 @@ pub mod supervisor;
 mod table;
 pub mod watch;
 
-pub use client::{LiveSandbox, Pty, StartOptions, SUPERVISOR_NAME};
+pub use client::{LiveSandbox, OutputSince, Pty, StartOptions, SUPERVISOR_NAME};
 pub use protocol::{
     ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
     TtySize,

@@ -33,6 +33,18 @@ pub enum Request {
         /// Keep streaming until the process exits.
         follow: bool,
     },
+    /// A process's output from byte `offset` of everything it wrote (long-poll: waits up
+    /// to `wait_ms`, at most 30 s, for output past it or for the process to end). The
+    /// answer is one [`Reply::Since`].
+    LogsSince {
+        /// The process.
+        pid: i32,
+        /// Where the caller's last read ended (0 at first).
+        offset: u64,
+        /// How long to wait for something new.
+        #[serde(default)]
+        wait_ms: u64,
+    },
     /// Waits for a process to exit and returns how it ended.
     Wait {
         /// The process.
@@ -330,6 +342,17 @@ pub enum Reply {
     Published {
         /// The port.
         port: PublishedPort,
+    },
+    /// Answer to `logs_since`.
+    Since {
+        /// Output past the offset, in order, each chunk base64 with its stream.
+        chunks: Vec<(Stream, String)>,
+        /// Bytes the ring dropped before the caller got to them.
+        missed: u64,
+        /// Where the next `logs_since` starts.
+        next: u64,
+        /// How the process ended, once it did and all its output is in `chunks`.
+        exit: Option<ExitInfo>,
     },
     /// A file's contents (`read`).
     FileData {

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 'use strict'
-// The package's `install` script: builds the native addon (crate `strata-node`) and the
-// `strata-helper` binary with cargo, from the Strata workspace this package sits in, and
-// copies both into the package (strata.<platform>.node and bin/strata-helper), where
-// index.js finds them. Nothing is downloaded but crates from crates.io.
+// The package's `install` script: builds the native addon (crate `strata-node`), the
+// `strata-helper` binary and the live sandboxes' supervisor `strata-live` with cargo, from
+// the Strata workspace this package sits in, and copies them into the package
+// (strata.<platform>.node, bin/strata-helper, bin/strata-live), where index.js finds them. Nothing is downloaded but crates from crates.io.
 //
 // Environment:
 //   CARGO                 cargo to run (default: `cargo` on PATH)
@@ -18,7 +18,7 @@
 const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
-const { addonPath, helperPath, triple } = require('../platform.js')
+const { addonPath, helperPath, supervisorPath, triple } = require('../platform.js')
 
 const pkgDir = path.resolve(__dirname, '..')
 const workspace = path.resolve(pkgDir, '..', '..')
@@ -51,7 +51,7 @@ function install(from, to, mode) {
 function main() {
   if (process.env.STRATA_NODE_SKIP_BUILD === '1') return
   if (!isStrataWorkspace(workspace)) {
-    if (fs.existsSync(addonPath) && fs.existsSync(helperPath)) return
+    if (fs.existsSync(addonPath) && fs.existsSync(helperPath) && fs.existsSync(supervisorPath)) return
     fail(
       `no Strata workspace at ${workspace} to build from, and no prebuilt ${path.basename(addonPath)}. ` +
         'Install this package from a Strata checkout: npm install ./bindings/node',
@@ -63,8 +63,11 @@ function main() {
   const targetDir = process.env.CARGO_TARGET_DIR
     ? path.resolve(process.env.CARGO_TARGET_DIR)
     : path.join(workspace, 'target')
-  const args = ['build', '--profile', profile, '-p', 'strata-node', '-p', 'strata', '--lib', '--bin', 'strata-helper']
-  console.error(`strata-sandbox: building the native addon and strata-helper for ${triple}: ${cargo} ${args.join(' ')}`)
+  const args = [
+    'build', '--profile', profile, '-p', 'strata-node', '-p', 'strata', '-p', 'sandbox-live',
+    '--lib', '--bin', 'strata-helper', '--bin', 'strata-live',
+  ]
+  console.error(`strata-sandbox: building the native addon, strata-helper and strata-live for ${triple}: ${cargo} ${args.join(' ')}`)
   const built = spawnSync(cargo, args, {
     cwd: workspace,
     stdio: 'inherit',
@@ -84,7 +87,10 @@ function main() {
   }[process.platform] ?? 'libstrata_node.so'
   install(path.join(out, lib), addonPath, 0o755)
   install(path.join(out, path.basename(helperPath)), helperPath, 0o755)
-  console.error(`strata-sandbox: installed ${path.relative(pkgDir, addonPath)} and ${path.relative(pkgDir, helperPath)}`)
+  install(path.join(out, path.basename(supervisorPath)), supervisorPath, 0o755)
+  console.error(
+    `strata-sandbox: installed ${path.relative(pkgDir, addonPath)}, ${path.relative(pkgDir, helperPath)} and ${path.relative(pkgDir, supervisorPath)}`,
+  )
 }
 
 main()

@@ -20,6 +20,7 @@
 pub mod agents;
 mod convert;
 mod deliver;
+pub mod live;
 pub mod policy;
 pub mod session;
 pub mod workspace;

@@ -17,6 +17,7 @@ import {
   InternalError,
   InvalidRequestError,
   LimitExceededError,
+  LiveSandbox,
   Sandbox,
   Session,
   SetupFailedError,
@@ -43,6 +44,12 @@ import type {
   SandboxTool,
   Secret,
   FileEntry,
+  LiveEntry,
+  LiveExecResult,
+  LiveExit,
+  LiveOutput,
+  LiveProcess,
+  PublishedPort,
   ToolInput,
   ToolOutput,
   Transfer,
@@ -221,8 +228,30 @@ async function sessions(sandbox: Sandbox): Promise<void> {
   void [r, data, moved, kinds, s.id, s.workdir, s.closed]
 }
 
+async function liveSandboxes(): Promise<void> {
+  const live: LiveSandbox = await new Sandbox().start({ timeoutMs: 1000 }, { ttl: 60, publish: [8000] })
+  const done: LiveExecResult = await live.exec(['ls'], { env: { A: 'b' }, timeout: 5, stdin: 'x' })
+  const out: Buffer = done.stdout
+  const pid: number = await live.spawn(['sh', '-i'], { tty: { rows: 24, cols: 80 } })
+  for await (const chunk of live.output(pid, { signal: AbortSignal.timeout(1000) })) {
+    const c: LiveOutput = chunk
+    void c
+  }
+  const ended: LiveExit = await live.wait(pid)
+  const listed: LiveProcess[] = await live.ps()
+  const how: 'freezer' | 'signals' = await live.pause()
+  await live.resume()
+  const port: PublishedPort = await live.publish(8001, { hostPort: 0 })
+  const entries: LiveEntry[] = await live.listDir('/tmp')
+  const again: LiveSandbox = await LiveSandbox.attach(live.id)
+  // @ts-expect-error: argv, never a shell string
+  await live.exec('ls -l')
+  await live.stop()
+  void [out, ended, listed, how, port, entries, again, live.stopped]
+}
+
 const report: DoctorReport = doctor()
 const available: string[] = report.backends.filter((b) => b.available).map((b) => b.backend)
 const withHelper: DoctorReport = doctor({ helper: helperPath })
 const v: string = version
-void [available, withHelper, v, sandboxes, runs, errors, adapters, sessions]
+void [available, withHelper, v, sandboxes, runs, errors, adapters, sessions, liveSandboxes]
