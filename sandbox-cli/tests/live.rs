@@ -552,6 +552,17 @@ fn an_unprivileged_caller_gets_a_live_sandbox_that_ends_completely() {
     let out = as_nobody(&["start", "--best-effort"]);
     assert!(out.status.success(), "start: {}", text(&out.stderr));
     let id = text(&out.stdout).trim().to_string();
+    // A failed assertion below must not leave the sandbox running (nobody's supervisor
+    // outlives the test's temporary directory otherwise): stop it on the way out.
+    struct StopOnDrop<F: Fn()>(F);
+    impl<F: Fn()> Drop for StopOnDrop<F> {
+        fn drop(&mut self) {
+            (self.0)();
+        }
+    }
+    let _stop = StopOnDrop(|| {
+        let _ = as_nobody(&["stop", &id]);
+    });
     let out = as_nobody(&["exec", &id, "--", "id", "-u"]);
     assert!(out.status.success(), "exec: {}", text(&out.stderr));
     let mark = marker();
