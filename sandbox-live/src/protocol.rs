@@ -105,6 +105,15 @@ pub struct PublishRequest {
 }
 
 impl PublishRequest {
+    /// `guest_port` on host loopback, on a port the kernel chooses.
+    pub fn loopback(guest_port: u16) -> PublishRequest {
+        PublishRequest {
+            guest_port,
+            host_ip: None,
+            host_port: None,
+        }
+    }
+
     /// Parses the CLI's `[IP:]HOST:GUEST` (or `GUEST` alone: a port the kernel chooses on
     /// loopback). An IPv6 address goes in brackets: `[::1]:8080:80`.
     ///

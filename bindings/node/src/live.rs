@@ -158,11 +158,7 @@ impl NativeSandbox {
                 publish: args
                     .publish
                     .into_iter()
-                    .map(|guest_port| PublishRequest {
-                        guest_port,
-                        host_ip: None,
-                        host_port: None,
-                    })
+                    .map(PublishRequest::loopback)
                     .collect(),
                 ..StartOptions::default()
             };

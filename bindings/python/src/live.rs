@@ -11,19 +11,10 @@ use pyo3::types::{PyBytes, PyDict};
 use strata::live::{ExecRequest, ExitInfo, LiveSandbox, PublishRequest, StartOptions, TtySize};
 use strata::Error;
 
-use crate::convert::{self, json_to_py};
+use crate::convert;
 use crate::errors::{to_py, IntoPyResult};
 use crate::sandbox::PySandbox;
-
-fn json<'py, T: serde::Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyAny>> {
-    let value = serde_json::to_value(value).map_err(|e| {
-        to_py(
-            py,
-            &Error::invalid(format!("not representable as JSON: {e}")),
-        )
-    })?;
-    json_to_py(py, &value)
-}
+use crate::session::json;
 
 fn duration(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<std::time::Duration>> {
     match obj {
@@ -53,14 +44,7 @@ pub(crate) fn start(
         idle_ttl: duration(idle_ttl, "idle_ttl")?,
         supervisor,
         state_dir,
-        publish: publish
-            .into_iter()
-            .map(|guest_port| PublishRequest {
-                guest_port,
-                host_ip: None,
-                host_port: None,
-            })
-            .collect(),
+        publish: publish.into_iter().map(PublishRequest::loopback).collect(),
         ..StartOptions::default()
     };
     let live = py

@@ -18,7 +18,11 @@ use crate::sandbox::{
     context, finish, link, spawn_run, tool_arg, PyRunHandle, PySandbox, RunPolicy,
 };
 
-fn json<'py, T: serde::Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyAny>> {
+/// `value` as the Python value of its JSON form.
+pub(crate) fn json<'py, T: serde::Serialize>(
+    py: Python<'py>,
+    value: &T,
+) -> PyResult<Bound<'py, PyAny>> {
     let value = serde_json::to_value(value).map_err(|e| {
         to_py(
             py,
