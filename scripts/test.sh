@@ -26,6 +26,19 @@ else
   export CARGO_TARGET_DIR="$root/target"
 fi
 export CARGO_TERM_COLOR=never
+# Clippy (with warnings as errors) is the compiler of the workspace's own crates, in every
+# build this script and the bindings' scripts start: what `cargo clippy -- -D warnings` does
+# in a separate check pass, done during the one release build (its driver is rustc plus the
+# lints; dependencies are compiled by rustc itself). The same for every build, so they
+# share artifacts.
+clippy_driver="$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")/clippy-driver"
+if [ ! -x "$clippy_driver" ]; then
+  echo "clippy-driver is missing next to cargo: rustup component add clippy" >&2
+  exit 1
+fi
+export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
+# cargo-clippy's encoding of `-- -D warnings` for its driver.
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 # This clone's microVM guest, named at run time: a test binary reused from a build in
 # another clone must not fall back to that clone's guest (compile-time paths).
 export STRATA_VM_GUEST_DIR="${STRATA_VM_GUEST_DIR:-$root/.ci/cache/vm}"
@@ -73,7 +86,7 @@ if [ -x scripts/start-dockerd.sh ]; then
   scripts/start-dockerd.sh
 fi
 
-section "rust: format and lints"
+section "rust: format"
 cargo fmt --all -- --check
 # Tests find the repository at run time (cargo sets CARGO_MANIFEST_DIR when it runs them):
 # a test binary reused from a build in another clone must not read that clone's files.
@@ -81,16 +94,15 @@ if git grep -n 'env!("CARGO_MANIFEST_DIR")' -- 'tests/*' '*/tests/*' 'benches/*'
   echo 'tests and benches must use std::env::var("CARGO_MANIFEST_DIR"), not env!' >&2
   exit 1
 fi
-# One feature set everywhere: the CLI's defaults include kube and mcp, and its tests use
-# sandbox-kube's fake API server.
-cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 
-section "rust: build"
+section "rust: build (with clippy)"
 # Everything once: the binaries (strata, strata-helper, strata-guest-agent, which the Python
-# and Node suites use too) and every test binary, with the one feature set the workspace
-# manifests unify (tokio's test features are on for every build, so `cargo test` and the
-# bindings' builds reuse these artifacts: scripts/check-build-features.sh).
-cargo test --release --workspace --no-run --quiet
+# and Node suites use too), every test binary, the examples and the benches, with the one
+# feature set the workspace manifests unify (tokio's test features are on for every build,
+# so `cargo test` and the bindings' builds reuse these artifacts:
+# scripts/check-build-features.sh). Clippy lints the workspace's crates while they compile
+# (RUSTC_WORKSPACE_WRAPPER, set above), so no separate check pass compiles them again.
+cargo test --release --workspace --all-targets --no-run --quiet
 scripts/build-vm-guest.sh  # microVM guest: Debian cloud kernel + initramfs (and qemu-system-x86), cached under .ci/cache/vm
 scripts/fetch-wasm-interpreters.sh  # WASI Python/JS interpreters (PyPI) for the wasm backend's tests
 

@@ -448,9 +448,20 @@ impl RunCgroup {
         Some(file.into())
     }
 
-    /// The `cgroup.procs` files the helper writes itself into.
+    /// The files the helper writes itself (`0`) into: `cgroup.procs` on v2, `tasks` on v1.
+    ///
+    /// On v1 the helper, single-threaded, moves its one thread: the kernel then skips the
+    /// global thread-group lock that a `cgroup.procs` write takes, whose first taker waits
+    /// for an RCU grace period (5.8 ms median measured here, against 0.25 ms for `tasks`).
+    /// Its children are forked from that thread, so every process of the sandbox is inside
+    /// either way. v2 has no such file for domain cgroups.
     pub fn procs_files(&self) -> Vec<PathBuf> {
-        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+        let file = if self.version2 {
+            "cgroup.procs"
+        } else {
+            "tasks"
+        };
+        self.dirs.iter().map(|d| d.join(file)).collect()
     }
 
     /// Reads the counters.

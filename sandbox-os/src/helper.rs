@@ -366,6 +366,8 @@ fn prepare_namespaces(
             setup_failed(SetupStage::Identity, "drop supplementary groups", &e, None)
         })?;
     }
+    // Single-threaded (see `sys::fork`): writing `0` moves this process whole, with the
+    // cheap per-thread migration on cgroup v1 (`RunCgroup::procs_files`).
     for procs in &spec.cgroup_procs {
         let joined = if spec.fault == Some(Fault::Cgroup) {
             Err(io::Error::from_raw_os_error(libc::EACCES))

@@ -57,7 +57,7 @@ pub struct Spec {
     pub landlock: bool,
     /// Refuse to run unless landlock is enforced.
     pub require_landlock: bool,
-    /// Cgroup `cgroup.procs` files the helper joins before creating namespaces. Set per
+    /// Cgroup membership files (`cgroup.procs` on v2, `tasks` on v1) the helper joins before creating namespaces. Set per
     /// sandbox when it is built; empty in the shape.
     pub cgroup_procs: Vec<PathBuf>,
     /// Simulated failure of one layer, for fail-closed tests. Never set by callers.
