@@ -19,7 +19,9 @@ use crate::Sandbox;
 impl Sandbox {
     /// Starts a live sandbox with `caps`, this sandbox's strictness and helper, and the rest
     /// of `options` (default: owned, so it ends when the returned handle drops or this
-    /// process dies; process backend; no TTL).
+    /// process dies; no TTL). The backend: `options.backend`, except that caps with an
+    /// image (`caps.container`), or a sandbox built for the container backend, start on the
+    /// container backend (its native runtime) when `options` left the default (process).
     ///
     /// # Errors
     /// As [`LiveSandbox::start`]; [`Error::InvalidRequest`] when this sandbox has a tier,
@@ -33,6 +35,11 @@ impl Sandbox {
         }
         let mut options = options;
         options.strictness = self.strictness();
+        let container_asked = caps.container.is_some()
+            || self.choice() == crate::BackendChoice::Only(sandbox_core::BackendKind::Container);
+        if options.backend == sandbox_core::BackendKind::Process && container_asked {
+            options.backend = sandbox_core::BackendKind::Container;
+        }
         if options.helper.is_none() {
             options.helper = self.helper_path().map(Into::into);
         }

@@ -87,7 +87,11 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
         ));
     }
     if run.backend == "auto" {
-        run.backend = "process".into();
+        // An image means the container backend (its native runtime); else the process one.
+        run.backend = match run.image.is_some() {
+            true => "container".into(),
+            false => "process".into(),
+        };
     }
     // The caps are parsed exactly as `strata run` parses them; the placeholder program is
     // only there to complete that request and never runs.

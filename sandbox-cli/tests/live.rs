@@ -5,135 +5,12 @@
 //! Needs `strata-helper` and `strata-live` next to `strata` (built by `cargo test
 //! --workspace`); the tests that switch users need root (`.ci/run` runs as root).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn exe() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_strata"));
-    for sibling in ["strata-helper", "strata-live"] {
-        let path = exe.with_file_name(sibling);
-        assert!(
-            path.exists(),
-            "{} is missing: build the workspace binaries (cargo build --workspace --bins)",
-            path.display()
-        );
-    }
-    exe
-}
+mod common;
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A private state directory and the CLI pointed at it; stops what is left on drop.
-struct Live {
-    state: tempfile::TempDir,
-}
-
-impl Live {
-    fn new() -> Live {
-        let state = tempfile::tempdir().expect("tempdir");
-        std::fs::set_permissions(
-            state.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-        .expect("chmod");
-        Live { state }
-    }
-
-    /// The sandbox directories left in the state directory (the identity registry of
-    /// `strata run` may share it).
-    fn sandbox_dirs(&self) -> Vec<String> {
-        std::fs::read_dir(self.state.path())
-            .expect("state")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("sb-"))
-            .collect()
-    }
-
-    fn state_dir(&self) -> &Path {
-        self.state.path()
-    }
-
-    fn strata(&self, args: &[&str]) -> Output {
-        Command::new(exe())
-            .args(args)
-            .env("STRATA_STATE_DIR", self.state.path())
-            .output()
-            .expect("run strata")
-    }
-
-    fn start(&self, extra: &[&str]) -> String {
-        let mut args = vec!["start"];
-        args.extend_from_slice(extra);
-        let out = self.strata(&args);
-        assert!(out.status.success(), "start: {}", text(&out.stderr));
-        let id = text(&out.stdout);
-        assert!(
-            id.ends_with('\n') && id.lines().count() == 1,
-            "only the id: {id:?}"
-        );
-        id.trim().to_string()
-    }
-
-    fn ids(&self) -> Vec<String> {
-        let out = self.strata(&["ls", "--json"]);
-        assert!(out.status.success(), "ls: {}", text(&out.stderr));
-        let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ls json");
-        list.as_array()
-            .expect("array")
-            .iter()
-            .map(|s| s["id"].as_str().expect("id").to_string())
-            .collect()
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        // Never panics (a failed test is unwinding through here): stops whatever is left.
-        let _ = std::fs::set_permissions(
-            self.state.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        );
-        for id in self.sandbox_dirs() {
-            let _ = self.strata(&["stop", &id]);
-        }
-    }
-}
-
-/// Host processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            if text(&cmdline).replace('\0', " ").contains(marker) {
-                found.push(pid);
-            }
-        }
-    }
-    found
-}
-
-/// A unique `sleep` argument to find a test's processes by.
-fn marker() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("1000.{}{}", std::process::id(), nanos % 100_000)
-}
-
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use common::{exe, marker, nix_root, processes_with, text, wait_until, Live};
 
 #[test]
 fn start_exec_ps_logs_kill_and_stop_work_on_the_process_backend() {
@@ -504,15 +381,6 @@ fn another_local_user_cannot_exec_list_or_read_output() {
     let out = live.strata(&["logs", &id, &pid]);
     assert_eq!(text(&out.stdout), "private\n");
     assert!(live.strata(&["stop", &id]).status.success());
-}
-
-fn nix_root() -> bool {
-    rustix_uid() == 0
-}
-
-fn rustix_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
 }
 
 /// As root: the same flow for an unprivileged embedder (uid 65534, no cgroup of its own, so

@@ -95,6 +95,42 @@ impl ContainerBackend {
     }
 }
 
+impl ContainerBackend {
+    /// Starts a live sandbox in the image of `spec.caps.container` (planned for the
+    /// container backend) on the native runtime: one process sandbox with the image as its
+    /// root that every exec runs in (see [`native::start_live`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] without an image; [`Error::BackendUnavailable`] for the
+    /// engine runtimes (Docker, Podman, runsc), which live sandboxes do not use; otherwise as
+    /// [`Backend::run`] before anything runs.
+    pub fn start_live(
+        &self,
+        spec: &RunSpec,
+        ctx: &RunContext,
+    ) -> Result<sandbox_os::live::LiveProcess> {
+        spec.require_kind(BackendKind::Container)?;
+        let caps = &spec.caps;
+        let Some(container) = &caps.container else {
+            return Err(Error::invalid(
+                "a live container sandbox needs an image: set caps.container (CLI: --image REF)",
+            ));
+        };
+        match container.runtime {
+            ContainerRuntime::Native => {
+                let image = self.parsed.open(&container.image)?;
+                native::start_live(&self.process, &self.cache, &image, container, caps, ctx)
+            }
+            other => Err(Error::unavailable(
+                BackendKind::Container,
+                format!(
+                    "live sandboxes run images on the native runtime, not on {other}: start it with --runtime native"
+                ),
+            )),
+        }
+    }
+}
+
 impl Backend for ContainerBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Container

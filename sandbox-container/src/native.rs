@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use sandbox_core::{
-    BackendKind, Capability, Caps, ContainerReceipt, ContainerSpec, Error, Mechanism, Result,
-    RunContext, RunOutput, SystemDirs, Tool,
+    BackendKind, Capability, Caps, ContainerReceipt, ContainerSpec, Error, Mechanism, Receipt,
+    Result, RunContext, RunOutput, SystemDirs, Tool,
 };
 use sandbox_os::backend_api::protocol::{Command, ImageRootSpec, Spec};
 use sandbox_os::backend_api::{self, plan};
+use sandbox_os::live::LiveProcess;
 use sandbox_os::ProcessBackend;
 
 use super::cache::Cache;
@@ -153,6 +154,147 @@ fn image_has_dir(root: &Path, guest: &Path) -> bool {
     .is_ok()
 }
 
+/// What the native runtime sets up around the process backend for one image: the caps the
+/// process sandbox runs with (the image's root, user, environment and working directory
+/// over the caller's) and the hook that puts the image's root under the sandbox.
+struct Native {
+    inner: Caps,
+    image_root: ImageRootSpec,
+    user: user::User,
+    workdir_in_image: bool,
+    workspace: Option<PathBuf>,
+}
+
+impl Native {
+    fn plan(
+        cache: &Cache,
+        image: &Image,
+        container: &ContainerSpec,
+        caps: &Caps,
+    ) -> Result<Native> {
+        let workspace = match &container.workspace {
+            None => None,
+            Some(dir) => Some(std::fs::canonicalize(dir).map_err(|e| {
+                Error::invalid(format!(
+                    "container workspace {} is not accessible: {e}",
+                    dir.display()
+                ))
+            })?),
+        };
+        if let Some(dir) = &workspace {
+            if !dir.is_dir() {
+                return Err(Error::invalid(format!(
+                    "container workspace {} is not a directory",
+                    dir.display()
+                )));
+            }
+        }
+        let rootfs = cache.rootfs(image)?;
+        let user = user::resolve(&rootfs.path, image.config.user.as_deref())?;
+        let workdir = workdir(caps, image)?;
+
+        let mut inner = caps.clone();
+        inner.container = None;
+        inner.system = SystemDirs::None;
+        inner.env = env(caps, image, user.home.as_deref());
+        inner.workdir = Some(workdir.clone());
+        let (writable, readable) = top_level(&rootfs.path, caps);
+        let workdir_in_image = image_has_dir(&rootfs.path, &workdir)
+            && !RESERVED
+                .iter()
+                .any(|r| workdir.starts_with(Path::new("/").join(r)));
+        let image_root = ImageRootSpec {
+            lower: rootfs.path.clone(),
+            workspace: workspace.clone(),
+            writable,
+            readable,
+        };
+        Ok(Native {
+            inner,
+            image_root,
+            user,
+            workdir_in_image,
+            workspace,
+        })
+    }
+
+    /// The process backend's hook: the image's root, user and working directory.
+    fn adjust(&self, spec: &mut Spec, _command: &mut Command) -> Result<()> {
+        // The image brings its own /etc: no synthesized passwd or group files.
+        spec.files.clear();
+        spec.links.clear();
+        spec.uid = self.user.uid;
+        spec.gid = self.user.gid;
+        if self.workdir_in_image {
+            spec.workdir_is_scratch = false;
+        }
+        spec.image = Some(self.image_root.clone());
+        Ok(())
+    }
+
+    /// The inner caps planned for the process backend that runs them: Strata's (the
+    /// image's root, user and environment over the caller's, whose own were validated when
+    /// the run was planned).
+    fn spec(&self, tool: &Tool) -> Result<sandbox_core::RunSpec> {
+        sandbox_core::RunSpec::plan(BackendKind::Process, tool, &self.inner, &plan::RealHost)
+    }
+
+    /// The container's lines of the receipt: backend, image, root and user (of a run, or
+    /// of a `live` sandbox).
+    fn receipt(&self, receipt: &mut Receipt, image: &Image, caps: &Caps, live: bool) {
+        let (owner, ends) = match live {
+            false => ("run's", "after the run"),
+            true => ("live sandbox's", "when the live sandbox stops"),
+        };
+        receipt.backend = BackendKind::Container;
+        receipt.layers = vec![BackendKind::Container];
+        receipt.container = Some(ContainerReceipt {
+            runtime: "native".into(),
+            image: image.reference.clone(),
+            digest: image.id.clone(),
+        });
+        let layer = match &self.workspace {
+            Some(dir) => format!("writable layer kept in the workspace {}", dir.display()),
+            None => format!(
+                "private writable layer on the {owner} {} scratch tmpfs, discarded {ends}",
+                caps.limits.disk
+            ),
+        };
+        receipt.enforce(
+            Capability::Fs,
+            Mechanism::Image,
+            "OCI image root (overlayfs)",
+            format!(
+                "{} {} as the read-only lower layer; {layer}; the image's /dev, /proc and /tmp covered",
+                image.format.as_str(),
+                image.id
+            ),
+        );
+        let host = receipt.identity.as_ref().map_or_else(
+            || "an unreported host id".to_string(),
+            |id| {
+                format!(
+                    "host uid {} gid {} ({})",
+                    id.host_uid,
+                    id.host_gid,
+                    id.source.as_str()
+                )
+            },
+        );
+        receipt.enforce(
+            Capability::Privileges,
+            Mechanism::Image,
+            "image user",
+            format!(
+                "uid {} gid {} (image User {:?}) mapped to {host}",
+                self.user.uid,
+                self.user.gid,
+                image.config.user.as_deref().unwrap_or("")
+            ),
+        );
+    }
+}
+
 /// Runs `tool` in `image` (parsed from `container.image`) with `caps`.
 pub fn run(
     process: &ProcessBackend,
@@ -164,108 +306,36 @@ pub fn run(
     ctx: &RunContext,
 ) -> Result<RunOutput> {
     let argv = argv(tool, image)?;
-    let workspace = match &container.workspace {
-        None => None,
-        Some(dir) => Some(std::fs::canonicalize(dir).map_err(|e| {
-            Error::invalid(format!(
-                "container workspace {} is not accessible: {e}",
-                dir.display()
-            ))
-        })?),
-    };
-    if let Some(dir) = &workspace {
-        if !dir.is_dir() {
-            return Err(Error::invalid(format!(
-                "container workspace {} is not a directory",
-                dir.display()
-            )));
-        }
-    }
-    let rootfs = cache.rootfs(image)?;
-    let user = user::resolve(&rootfs.path, image.config.user.as_deref())?;
-    let workdir = workdir(caps, image)?;
-
-    let mut inner = caps.clone();
-    inner.container = None;
-    inner.system = SystemDirs::None;
-    inner.env = env(caps, image, user.home.as_deref());
-    inner.workdir = Some(workdir.clone());
-    let (writable, readable) = top_level(&rootfs.path, caps);
-    let workdir_in_image = image_has_dir(&rootfs.path, &workdir)
-        && !RESERVED
-            .iter()
-            .any(|r| workdir.starts_with(Path::new("/").join(r)));
-    let image_root = ImageRootSpec {
-        lower: rootfs.path.clone(),
-        workspace: workspace.clone(),
-        writable,
-        readable,
-    };
-    let adjust = |spec: &mut Spec, _command: &mut Command| -> Result<()> {
-        // The image brings its own /etc: no synthesized passwd or group files.
-        spec.files.clear();
-        spec.links.clear();
-        spec.uid = user.uid;
-        spec.gid = user.gid;
-        if workdir_in_image {
-            spec.workdir_is_scratch = false;
-        }
-        spec.image = Some(image_root.clone());
-        Ok(())
-    };
+    let native = Native::plan(cache, image, container, caps)?;
     let command = Tool::command(argv);
-    // The inner caps are Strata's (the image's root, user and environment over the
-    // caller's, whose own were validated when the run was planned): planned for the process
-    // backend that runs them.
-    let spec =
-        sandbox_core::RunSpec::plan(BackendKind::Process, &command, &inner, &plan::RealHost)?;
-    let mut out = backend_api::run_adjusted(process, &command, &spec, ctx, &adjust)?;
-    let receipt = &mut out.receipt;
-    receipt.backend = BackendKind::Container;
-    receipt.layers = vec![BackendKind::Container];
-    receipt.container = Some(ContainerReceipt {
-        runtime: "native".into(),
-        image: image.reference.clone(),
-        digest: image.id.clone(),
-    });
-    let layer = match &workspace {
-        Some(dir) => format!("writable layer kept in the workspace {}", dir.display()),
-        None => format!(
-            "private writable layer on the run's {} scratch tmpfs, discarded after the run",
-            caps.limits.disk
-        ),
-    };
-    receipt.enforce(
-        Capability::Fs,
-        Mechanism::Image,
-        "OCI image root (overlayfs)",
-        format!(
-            "{} {} as the read-only lower layer; {layer}; the image's /dev, /proc and /tmp covered",
-            image.format.as_str(),
-            image.id
-        ),
-    );
-    let host = receipt.identity.as_ref().map_or_else(
-        || "an unreported host id".to_string(),
-        |id| {
-            format!(
-                "host uid {} gid {} ({})",
-                id.host_uid,
-                id.host_gid,
-                id.source.as_str()
-            )
-        },
-    );
-    receipt.enforce(
-        Capability::Privileges,
-        Mechanism::Image,
-        "image user",
-        format!(
-            "uid {} gid {} (image User {:?}) mapped to {host}",
-            user.uid,
-            user.gid,
-            image.config.user.as_deref().unwrap_or("")
-        ),
-    );
+    let spec = native.spec(&command)?;
+    let mut out = backend_api::run_adjusted(process, &command, &spec, ctx, &|spec, command| {
+        native.adjust(spec, command)
+    })?;
+    native.receipt(&mut out.receipt, image, caps, false);
     Ok(out)
+}
+
+/// Starts a live sandbox in `image` with `caps`: the process backend's live sandbox with
+/// the image as its root, user, environment and working directory (see
+/// [`sandbox_os::live`]). Every exec runs in the same root; its writable layer lives as long
+/// as the sandbox (or in the container workspace, when one is given).
+///
+/// # Errors
+/// As [`run`] before anything runs.
+pub fn start_live(
+    process: &ProcessBackend,
+    cache: &Cache,
+    image: &Image,
+    container: &ContainerSpec,
+    caps: &Caps,
+    ctx: &RunContext,
+) -> Result<LiveProcess> {
+    let native = Native::plan(cache, image, container, caps)?;
+    let spec = native.spec(&Tool::command(["true"]))?;
+    let mut live = backend_api::start_live_adjusted(process, &spec, ctx, &|spec, command| {
+        native.adjust(spec, command)
+    })?;
+    native.receipt(live.receipt_mut(), image, caps, true);
+    Ok(live)
 }

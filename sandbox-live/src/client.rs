@@ -158,11 +158,20 @@ impl LiveSandbox {
     /// failures), typed; [`Error::InvalidRequest`] for a bad name or a name in use.
     pub fn start(caps: &Caps, options: &StartOptions) -> Result<LiveSandbox> {
         caps.validate()?;
-        if options.backend != BackendKind::Process {
-            return Err(Error::unavailable(
-                options.backend,
-                "live sandboxes run on the process backend so far (container and microvm are to come)",
-            ));
+        match options.backend {
+            BackendKind::Process | BackendKind::Container => {}
+            BackendKind::Wasm => {
+                return Err(Error::unavailable(
+                    BackendKind::Wasm,
+                    "a WebAssembly module has no processes to keep: live sandboxes run on the process and container backends",
+                ))
+            }
+            other => {
+                return Err(Error::unavailable(
+                    other,
+                    format!("live sandboxes run on the process and container backends, not yet on {other}"),
+                ))
+            }
         }
         if let Some(name) = &options.name {
             if !state::valid_name(name) || name.starts_with("sb-") {

@@ -6,6 +6,7 @@
 use std::io::{BufRead, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sandbox_core::{
@@ -85,7 +86,7 @@ fn read_request() -> Result<StartRequest> {
 }
 
 struct Started {
-    backend: ProcessBackend,
+    backend: Arc<ProcessBackend>,
     sandbox: sandbox_os::live::LiveProcess,
     info: SandboxInfo,
     config: Config,
@@ -93,26 +94,56 @@ struct Started {
     ports: server::StartPorts,
 }
 
-fn start(request: StartRequest) -> Result<Started> {
-    if request.backend != BackendKind::Process {
-        return Err(Error::unavailable(
-            request.backend,
-            "live sandboxes run on the process backend so far",
-        ));
+/// The backends live sandboxes run on, in words (for refusals).
+#[cfg(feature = "container")]
+const LIVE_BACKENDS: &str = "process and container (native runtime)";
+#[cfg(not(feature = "container"))]
+const LIVE_BACKENDS: &str = "process (this build has no container backend)";
+
+/// Starts the sandbox `request` asks for on its backend.
+///
+/// Returns the process backend with the sandbox: it outlives the sandbox (it holds the
+/// egress proxy among others); on the container backend it is the one the native runtime
+/// ran on.
+fn start_on_backend(
+    request: &StartRequest,
+    ctx: &RunContext,
+) -> Result<(Arc<ProcessBackend>, sandbox_os::live::LiveProcess)> {
+    let process = Arc::new(match &request.helper {
+        Some(helper) => ProcessBackend::with_helper(helper),
+        None => ProcessBackend::new(),
+    });
+    let host = sandbox_core::grant::RealHost;
+    match request.backend {
+        BackendKind::Process => {
+            let spec = RunSpec::new(&request.caps, &host)?;
+            let sandbox = process.start_live(&spec, ctx)?;
+            Ok((process, sandbox))
+        }
+        #[cfg(feature = "container")]
+        BackendKind::Container => {
+            let backend = sandbox_container::ContainerBackend::with_process(Arc::clone(&process));
+            let placeholder = sandbox_core::Tool::command(["true"]);
+            let spec = RunSpec::plan(BackendKind::Container, &placeholder, &request.caps, &host)?;
+            let sandbox = backend.start_live(&spec, ctx)?;
+            Ok((process, sandbox))
+        }
+        other => Err(Error::unavailable(
+            other,
+            format!("live sandboxes run on the {LIVE_BACKENDS} backends, not on {other}"),
+        )),
     }
+}
+
+fn start(request: StartRequest) -> Result<Started> {
     state::private_dir(&request.state_dir)?;
     let id = state::new_id()?;
     let dir = state::sandbox_dir(&request.state_dir, &id)?;
-    let backend = match &request.helper {
-        Some(helper) => ProcessBackend::with_helper(helper),
-        None => ProcessBackend::new(),
-    };
-    let spec = RunSpec::new(&request.caps, &sandbox_core::grant::RealHost)?;
     let context = RunContext {
         strictness: request.strictness,
         ..RunContext::default()
     };
-    let sandbox = backend.start_live(&spec, &context)?;
+    let (backend, sandbox) = start_on_backend(&request, &context)?;
     if request.publish.len() > crate::ports::MAX_PORTS {
         return Err(Error::invalid(format!(
             "publish: at most {} ports per sandbox",
@@ -134,7 +165,7 @@ fn start(request: StartRequest) -> Result<Started> {
     let info = SandboxInfo {
         id: id.clone(),
         name: request.name.clone(),
-        backend: BackendKind::Process,
+        backend: request.backend,
         supervisor_pid: std::process::id(),
         started_at: SystemTime::now()
             .duration_since(UNIX_EPOCH)

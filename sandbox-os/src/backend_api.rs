@@ -7,6 +7,7 @@
 
 use sandbox_core::{Result, RunContext, RunOutput, RunSpec, Tool};
 
+use crate::live::LiveProcess;
 use crate::ProcessBackend;
 
 pub use crate::outcome::host_executed_receipt;
@@ -25,6 +26,20 @@ pub fn run_adjusted(
     adjust: &dyn Fn(&mut protocol::Spec, &mut protocol::Command) -> Result<()>,
 ) -> Result<RunOutput> {
     backend.run_adjusted(tool, spec, ctx, adjust)
+}
+
+/// Starts a live sandbox for `spec` (planned for the process backend) on `backend` like
+/// [`ProcessBackend::start_live`], letting `adjust` change the planned sandbox before it is
+/// built (the container backend's native runtime: image root, user, environment). Amend its
+/// receipt with [`LiveProcess::receipt_mut`].
+pub fn start_live_adjusted(
+    backend: &ProcessBackend,
+    spec: &RunSpec,
+    ctx: &RunContext,
+    adjust: &dyn Fn(&mut protocol::Spec, &mut protocol::Command) -> Result<()>,
+) -> Result<LiveProcess> {
+    let parts = backend.build_live(spec, ctx, adjust)?;
+    LiveProcess::ready(parts)
 }
 
 /// The egress proxy of `backend` (started on first use), for runtimes that bring their own

@@ -9,6 +9,7 @@ const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const net = require('node:net')
 const path = require('node:path')
+const { execFileSync } = require('node:child_process')
 
 const { Sandbox, LiveSandbox, InvalidRequestError, CancelledError } = require('..')
 const { tempDir, marker, processesWith } = require('./helpers.js')
@@ -147,5 +148,31 @@ describe('LiveSandbox', () => {
       await live.stop()
     }
     await assert.rejects(LiveSandbox.attach('sb-0000000000000000'), InvalidRequestError)
+  })
+
+  test('a live sandbox in an image runs every exec there; stop ends it', async () => {
+    // The repository's test images, built from Debian packages (cached; never pulled).
+    const repo = path.join(__dirname, '..', '..', '..')
+    execFileSync(path.join(repo, 'scripts', 'build-test-images.sh'), { stdio: 'ignore' })
+    const image = path.join(repo, '.ci', 'cache', 'images', 'python-oci')
+    const live = await new Sandbox({ backend: 'container' }).start({ image, timeoutMs: 30000 })
+    let stopped = false
+    try {
+      const info = await live.info()
+      assert.equal(info.backend, 'container')
+      assert.equal(info.receipt.container.runtime, 'native')
+      const ran = await live.exec(['python3', '-c', 'print(6 * 7)'])
+      assert.deepEqual([ran.exitCode, ran.stdout.toString()], [0, '42\n'])
+      assert.equal((await live.exec(['sh', '-c', 'echo kept > /usr/note'])).exitCode, 0)
+      assert.equal((await live.exec(['cat', '/usr/note'])).stdout.toString(), 'kept\n')
+      const mark = marker()
+      await live.spawn(['sh', '-c', 'sleep 1000'], { env: { MARK: mark } })
+      await until('the spawned process runs', () => processesWith(mark).length > 0)
+      await live.stop()
+      stopped = true
+      assert.deepEqual(processesWith(mark), [], 'stop ends every process of the sandbox')
+    } finally {
+      if (!stopped) await live.stop()
+    }
   })
 })

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -147,3 +148,22 @@ def test_asyncio_live_sandbox(sb: strata.Sandbox) -> None:
             assert await live.read_file("/tmp/f") == b"x"
 
     asyncio.run(main())
+
+
+def test_a_live_sandbox_in_an_image_runs_every_exec_there_and_ends_with_stop(marker: str) -> None:
+    # The repository's test images, built from Debian packages (cached; never pulled).
+    repo = Path(__file__).resolve().parents[3]
+    subprocess.run([str(repo / "scripts" / "build-test-images.sh")], check=True, capture_output=True)
+    image = repo / ".ci" / "cache" / "images" / "python-oci"
+    with strata.Sandbox("container") as containers:
+        with containers.start(strata.Caps(image=str(image), timeout=30)) as live:
+            info = live.info()
+            assert info["backend"] == "container"
+            assert info["receipt"]["container"]["runtime"] == "native"
+            ran = live.exec(["python3", "-c", "print(6 * 7)"])
+            assert (ran["exit_code"], ran["stdout"]) == (0, b"42\n"), ran
+            assert live.exec(["sh", "-c", "echo kept > /usr/note"])["exit_code"] == 0
+            assert live.exec(["cat", "/usr/note"])["stdout"] == b"kept\n"
+            live.spawn(["sleep", f"1000.{marker}"])
+            wait_until("the detached process runs", lambda: processes_with(marker) != [])
+    assert processes_with(marker) == [], "stop ends every process of the sandbox"

@@ -267,6 +267,12 @@ impl LiveProcess {
         &self.receipt
     }
 
+    /// The receipt, for a backend built on this one to add what it set up itself (the
+    /// container backend's image root and user).
+    pub fn receipt_mut(&mut self) -> &mut Receipt {
+        &mut self.receipt
+    }
+
     /// The environment every exec starts from (`KEY=VALUE`: the caps' env, PATH, HOME,
     /// LANG and the proxy variables).
     pub fn base_env(&self) -> &[String] {
