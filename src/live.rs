@@ -8,11 +8,12 @@ pub use sandbox_live::protocol::{
 };
 pub use sandbox_live::watch::{ChangeKind, FileChange};
 pub use sandbox_live::{
-    LiveSandbox, OutputSince, PauseMethod, Pty, StartOptions, Stream, SUPERVISOR_NAME,
+    LivePolicy, LiveSandbox, OutputSince, PauseMethod, ProgramApprover, Pty, StartOptions, Stream,
+    SUPERVISOR_NAME,
 };
 pub use sandbox_os::file_tree::DirEntry;
 
-use sandbox_core::{Caps, Error, Result};
+use sandbox_core::{Caps, Result};
 
 use crate::Sandbox;
 
@@ -23,16 +24,17 @@ impl Sandbox {
     /// image (`caps.container`), or a sandbox built for the container backend, start on the
     /// container backend (its native runtime) when `options` left the default (process).
     ///
+    /// Under this sandbox's tier the caps are admitted first, as a run's are (grants
+    /// pinned, needs beyond the tier asked of the approver, every decision audited), and
+    /// the receipt's `policy` says what was decided; the supervisor then checks every
+    /// exec's program against the tier (asking `options.policy.approver`, a program, about
+    /// one beyond it) and records each exec in this sandbox's audit log.
+    ///
     /// # Errors
-    /// As [`LiveSandbox::start`]; [`Error::InvalidRequest`] when this sandbox has a tier,
-    /// an approver or an audit log, which live sandboxes do not apply yet (refused rather
-    /// than ignored).
+    /// As [`LiveSandbox::start`]; [`Error::Denied`] when the tier does not allow the caps
+    /// and no approver granted them.
     pub fn start(&self, caps: &Caps, options: StartOptions) -> Result<LiveSandbox> {
-        if self.has_policy() {
-            return Err(Error::invalid(
-                "live sandboxes do not apply tiers, approvers or audit logs yet: start one from a sandbox without them",
-            ));
-        }
+        let admitted = self.admit_live(caps)?;
         let mut options = options;
         options.strictness = self.strictness();
         let container_asked = caps.container.is_some()
@@ -43,6 +45,21 @@ impl Sandbox {
         if options.helper.is_none() {
             options.helper = self.helper_path().map(Into::into);
         }
-        LiveSandbox::start(caps, &options)
+        options.policy.tier = admitted.tier;
+        options.policy.admitted = admitted.receipt;
+        if options.policy.audit.is_none() {
+            options.policy.audit = self.audit_path();
+        }
+        let started = LiveSandbox::start(&admitted.caps, &options);
+        if let Err(error) = &started {
+            if options.policy.audit.is_some() {
+                self.audit(sandbox_core::audit::AuditEvent::Refusal {
+                    tool: "live sandbox".into(),
+                    error: error.kind().code().to_string(),
+                    message: error.to_string(),
+                })?;
+            }
+        }
+        started
     }
 }

@@ -279,6 +279,15 @@ fn not_built_reason(kind: BackendKind) -> String {
     }
 }
 
+/// What [`Sandbox::admit_live`] decided: the caps to start with (grants pinned), the
+/// receipt's policy part, and the tier the supervisor checks each exec against.
+#[cfg(feature = "process")]
+pub(crate) struct LiveAdmission {
+    pub(crate) caps: Caps,
+    pub(crate) receipt: Option<PolicyReceipt>,
+    pub(crate) tier: Option<Tier>,
+}
+
 /// The tiers a sandbox knows: the presets and the embedder's own (which win by name).
 #[derive(Clone, Debug)]
 struct TierTable {
@@ -366,12 +375,6 @@ impl Sandbox {
     #[cfg(feature = "process")]
     pub(crate) fn helper_path(&self) -> Option<&std::path::Path> {
         self.inner.helper.as_deref()
-    }
-
-    /// Whether a tier, an approver or an audit log is configured.
-    #[cfg(feature = "process")]
-    pub(crate) fn has_policy(&self) -> bool {
-        self.inner.tier.is_some() || self.inner.approver.is_some() || self.inner.audit.is_some()
     }
 
     /// The configured strictness.
@@ -714,6 +717,82 @@ impl Sandbox {
             out.receipt.policy = Some(receipt);
         }
         Ok(out)
+    }
+
+    /// Admits `caps` for a live sandbox under this sandbox's tier, if it has one: the
+    /// grants resolved on the host and pinned, the caps' needs beyond the tier
+    /// ([`Tier::check_caps`]) covered by grants or asked of the approver, every decision in
+    /// the audit log (a refusal too) before this returns. Each exec's program is the
+    /// supervisor's to check ([`sandbox_live::LivePolicy`]).
+    ///
+    /// # Errors
+    /// [`Error::Denied`] naming the tier and what it does not allow; invalid caps.
+    #[cfg(feature = "process")]
+    pub(crate) fn admit_live(&self, caps: &Caps) -> Result<LiveAdmission> {
+        caps.validate()?;
+        let Some(name) = self.inner.tier.as_ref() else {
+            return Ok(LiveAdmission {
+                caps: caps.clone(),
+                receipt: None,
+                tier: None,
+            });
+        };
+        let admitted: Result<LiveAdmission> = (|| {
+            let tier = self.inner.tiers.get(name)?;
+            let pinned = crate::grants::pin_for_tier(caps, caps)?;
+            let needs = tier.check_caps(&pinned.tier_caps);
+            // No program runs at start: the request names none (each exec is checked when
+            // it starts).
+            let start = Tool::Command { argv: Vec::new() };
+            let admission = {
+                let mut book = self.grants();
+                policy::admit_needs(
+                    &tier,
+                    &start,
+                    &pinned.tier_caps,
+                    needs,
+                    &mut book,
+                    self.inner.approver.as_deref(),
+                    unix_time_ms(),
+                    &mut |event| self.audit_policy(event),
+                )
+            };
+            let admission = admission.map_err(|e| match e {
+                Error::Denied { reason } => Error::Denied {
+                    reason: crate::grants::explain_followed(reason, &pinned.followed),
+                },
+                other => other,
+            })?;
+            let receipt = PolicyReceipt {
+                tier: Some(tier.name.clone()),
+                elevations: admission.elevations,
+                followed: pinned.followed,
+                ..PolicyReceipt::default()
+            };
+            Ok(LiveAdmission {
+                caps: pinned.caps,
+                receipt: Some(receipt),
+                tier: Some(tier),
+            })
+        })();
+        if let Err(error) = &admitted {
+            self.audit_policy(AuditEvent::Refusal {
+                tool: "live sandbox".into(),
+                error: error.kind().code().to_string(),
+                message: error.to_string(),
+            })?;
+        }
+        admitted
+    }
+
+    /// Where this sandbox's audit log is, if it has one.
+    pub(crate) fn audit_path(&self) -> Option<PathBuf> {
+        self.inner.audit.as_ref().map(|log| {
+            log.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .path()
+                .to_path_buf()
+        })
     }
 
     /// The backend for this run: the configured one, or with `auto` the router's choice

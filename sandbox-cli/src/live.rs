@@ -76,14 +76,9 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
             "--script, --stdin and --result-file are for strata run and strata exec, not start",
         ));
     }
-    if run.tier.is_some()
-        || run.risk.is_some()
-        || run.audit.is_some()
-        || run.approver.is_some()
-        || run.approve_interactive
-    {
+    if run.risk.is_some() {
         return Err(Error::invalid(
-            "--tier, --risk, --audit and the approvers do not apply to live sandboxes yet: give the caps with flags, --caps or --profile",
+            "--risk routes one run; a live sandbox's backend is --backend (or --image for the container backend)",
         ));
     }
     if run.backend == "auto" {
@@ -110,7 +105,28 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
             ))),
         }
     };
-    let options = StartOptions {
+    // The policy as `strata run` applies it: the caps admitted against the tier now (with
+    // the approver: a program, or this terminal), and every exec's program checked by the
+    // supervisor (which can ask an approver program, not a terminal) and audited.
+    let mut builder = strata::Sandbox::builder()
+        .backend(request.backend)
+        .strictness(request.strictness)
+        .warm_pool(0)
+        .cache_host_probe(true);
+    if let Some(path) = &request.audit {
+        builder = builder.audit(path);
+    }
+    for tier in &request.tiers {
+        builder = builder.define_tier(tier.clone());
+    }
+    if let Some(tier) = &request.tier {
+        builder = builder.tier(tier);
+    }
+    if let Some(choice) = &request.approver {
+        builder = builder.approver(choice.approver());
+    }
+    let sandbox = builder.build()?;
+    let mut options = StartOptions {
         strictness: request.strictness,
         backend,
         name,
@@ -120,7 +136,10 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
         publish,
         ..StartOptions::default()
     };
-    LiveSandbox::start(&request.caps, &options)
+    if let Some(crate::approve::ApproverChoice::Program(program)) = &request.approver {
+        options.policy.approver = Some(program.clone());
+    }
+    sandbox.start(&request.caps, options)
 }
 
 fn exec(args: ExecArgs) -> ExitCode {

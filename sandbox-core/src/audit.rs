@@ -71,6 +71,22 @@ pub enum AuditEvent {
         /// The error message.
         message: String,
     },
+    /// An exec in a live sandbox started, was refused, or ended.
+    Exec {
+        /// The live sandbox's id.
+        sandbox: String,
+        /// The command line, arguments joined by spaces, at most [`EXEC_COMMAND_BYTES`]
+        /// bytes (a longer one ends with its length and SHA-256: see [`exec_command`]).
+        command: String,
+        /// The exec's pid inside the sandbox, once it started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<i32>,
+        /// `started`, `exited 0`, `signaled 9`, `timed out`, or `refused: REASON`.
+        status: String,
+        /// The agent the sandbox acts for, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
+    },
     /// A policy decision (tier, elevation, approval, message check).
     Policy {
         /// What was decided about (`elevation`, `tier`, `message`, ...).
@@ -128,6 +144,27 @@ impl AuditEvent {
     pub fn is_policy(&self) -> bool {
         matches!(self, AuditEvent::Refusal { .. } | AuditEvent::Policy { .. })
     }
+}
+
+/// How much of an exec's command line an [`AuditEvent::Exec`] keeps: 1 KiB.
+pub const EXEC_COMMAND_BYTES: usize = 1024;
+
+/// `argv` as an [`AuditEvent::Exec`] records it: the arguments joined by spaces; a line
+/// over [`EXEC_COMMAND_BYTES`] is cut there (at a character boundary) and ends with
+/// `... (N bytes, sha256 HEX)` of the whole line, so a long script passed with `-c` is
+/// identified without filling the log.
+pub fn exec_command(argv: &[String]) -> String {
+    let line = argv.join(" ");
+    if line.len() <= EXEC_COMMAND_BYTES {
+        return line;
+    }
+    let mut cut = EXEC_COMMAND_BYTES;
+    while !line.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = Sha256::digest(line.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}... ({} bytes, sha256 {hex})", &line[..cut], line.len())
 }
 
 /// One line of the log.

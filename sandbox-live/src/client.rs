@@ -19,6 +19,8 @@ use crate::ring::Stream;
 use crate::state;
 use sandbox_os::live::PauseMethod;
 
+use crate::policy::LivePolicy;
+
 /// The supervisor binary's name.
 pub const SUPERVISOR_NAME: &str = "strata-live";
 
@@ -49,6 +51,9 @@ pub struct StartRequest {
     /// Ports to publish from the start.
     #[serde(default)]
     pub publish: Vec<PublishRequest>,
+    /// The tier, approver program and audit log every exec goes through.
+    #[serde(default)]
+    pub policy: LivePolicy,
 }
 
 /// The supervisor's one-line answer to a [`StartRequest`].
@@ -86,6 +91,11 @@ pub struct StartOptions {
     pub state_dir: Option<PathBuf>,
     /// Ports to publish from the start (see [`LiveSandbox::publish`]). Default: none.
     pub publish: Vec<PublishRequest>,
+    /// The policy every exec goes through: the tier its programs are checked against,
+    /// the approver program asked about one beyond it, the audit log each is recorded in.
+    /// The caps are not checked here: `strata::Sandbox::start` admits them against the
+    /// tier first. Default: none.
+    pub policy: LivePolicy,
 }
 
 impl Default for StartOptions {
@@ -101,6 +111,7 @@ impl Default for StartOptions {
             supervisor: None,
             state_dir: None,
             publish: Vec::new(),
+            policy: LivePolicy::default(),
         }
     }
 }
@@ -214,6 +225,7 @@ impl LiveSandbox {
             helper: options.helper.clone(),
             state_dir: state_dir.clone(),
             publish: options.publish.clone(),
+            policy: options.policy.clone(),
         };
         let mut child = std::process::Command::new(&supervisor)
             .arg("serve")

@@ -119,6 +119,10 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
         Some(0) => return Err(Error::invalid("exec: timeout must be more than 0 ms")),
         other => other.map(Duration::from_millis),
     };
+    // The tier decides on the program (the caps were admitted when the sandbox started);
+    // a refusal is in the audit log before it is returned.
+    context.policy.admit(&argv)?;
+    let audited_argv = context.policy.audited().then(|| argv.clone());
     let Stdio {
         child,
         input,
@@ -207,6 +211,20 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
     table.pending.remove(&id);
     drop(table);
     let pid = answer?;
+    if let Some(argv) = audited_argv {
+        // Nothing runs unrecorded: an exec whose start cannot be logged is ended.
+        if let Err(error) = context.policy.started(&argv, pid) {
+            if let Some(sandbox) = context
+                .sandbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
+                let _ = sandbox.signal(pid, libc::SIGKILL);
+            }
+            return Err(error);
+        }
+    }
     read_output(context, pid, outputs);
     Ok(pid)
 }

@@ -21,10 +21,12 @@
 
 #![deny(missing_docs)]
 
+pub mod approver;
 pub mod client;
 mod client_files;
 mod exec;
 pub mod files;
+pub mod policy;
 pub mod ports;
 pub mod protocol;
 pub mod pty;
@@ -35,7 +37,9 @@ pub mod supervisor;
 mod table;
 pub mod watch;
 
+pub use approver::ProgramApprover;
 pub use client::{LiveSandbox, OutputSince, Pty, StartOptions, SUPERVISOR_NAME};
+pub use policy::LivePolicy;
 pub use protocol::{
     ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
     TtySize,

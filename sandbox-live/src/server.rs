@@ -59,9 +59,25 @@ pub enum Ending {
     SandboxEnded,
 }
 
+impl Ending {
+    /// In words, for the audit log.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Ending::Stopped => "stopped by a client",
+            Ending::Ttl => "its ttl ran out",
+            Ending::Idle => "its idle ttl ran out",
+            Ending::OwnerGone => "its owner went away",
+            Ending::Signal => "its supervisor got a stop signal",
+            Ending::SandboxEnded => "it ended by itself",
+        }
+    }
+}
+
 /// What the connection threads share with the loop.
 pub(crate) struct Context {
     pub(crate) sandbox: Mutex<Option<LiveProcess>>,
+    /// The tier, approver and audit log every exec goes through.
+    pub(crate) policy: Arc<crate::policy::ExecPolicy>,
     pub(crate) table: Shared,
     pub(crate) info: SandboxInfo,
     pub(crate) stop: AtomicBool,
@@ -104,8 +120,10 @@ impl Context {
 /// Serves `sandbox` on `listener` until it ends; `owner` (an owned sandbox) is a descriptor
 /// that reads end of file when the owner is gone; `signals` is readable when a stop signal
 /// arrived. Removes the sandbox's directory before returning.
-pub fn serve(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn serve(
     sandbox: LiveProcess,
+    policy: Arc<crate::policy::ExecPolicy>,
     info: SandboxInfo,
     config: Config,
     listener: UnixListener,
@@ -123,6 +141,7 @@ pub fn serve(
     };
     let context = Arc::new(Context {
         sandbox: Mutex::new(Some(sandbox)),
+        policy,
         table: Shared::default(),
         info,
         stop: AtomicBool::new(false),
@@ -329,7 +348,19 @@ fn init_events(context: &Context) -> bool {
                 }));
             }
         }
-        Ok(Some((LiveEvent::Exited { pid, wait_status }, _))) => table.exited(pid, wait_status),
+        Ok(Some((LiveEvent::Exited { pid, wait_status }, _))) => {
+            table.exited(pid, wait_status);
+            if context.policy.audited() {
+                if let Some(proc) = table.procs.get(&pid) {
+                    let status = proc.exit.map_or_else(|| "ended".into(), exit_status);
+                    let argv = proc.argv.clone();
+                    drop(table);
+                    context.policy.ended(&argv, pid, status);
+                    context.table.notify();
+                    return true;
+                }
+            }
+        }
         Ok(Some((LiveEvent::Connecting { id }, socket))) => {
             if let Some(slot) = table.connecting.get_mut(&id) {
                 *slot = Some(socket.ok_or(libc::EIO));
@@ -351,6 +382,16 @@ fn init_events(context: &Context) -> bool {
     drop(table);
     context.table.notify();
     true
+}
+
+/// How an exec ended, in the audit log's words (`exited 0`, `signaled 9`, `timed out`).
+fn exit_status(exit: crate::protocol::ExitInfo) -> String {
+    match (exit.timed_out, exit.exit_code, exit.signal) {
+        (true, _, _) => "timed out".into(),
+        (false, Some(code), _) => format!("exited {code}"),
+        (false, None, Some(signal)) => format!("signaled {signal}"),
+        (false, None, None) => "ended".into(),
+    }
 }
 
 /// Serves one client: a request per line, replies as lines.

@@ -46,6 +46,7 @@ pub fn main() -> i32 {
     let Started {
         backend,
         sandbox,
+        policy,
         info,
         config,
         listener,
@@ -61,7 +62,20 @@ pub fn main() -> i32 {
         let _ = rustix::process::setsid();
         None
     };
-    server::serve(sandbox, info, config, listener, ports, owner, signals);
+    let policy = Arc::new(policy);
+    let ending = server::serve(
+        sandbox,
+        Arc::clone(&policy),
+        info,
+        config,
+        listener,
+        ports,
+        owner,
+        signals,
+    );
+    if let Err(error) = policy.lifecycle("ended", ending.describe().into()) {
+        tracing::warn!(%error, "could not record the sandbox's end in the audit log");
+    }
     // The backend (its egress proxy among others) outlives the sandbox it served.
     drop(backend);
     0
@@ -88,6 +102,7 @@ fn read_request() -> Result<StartRequest> {
 struct Started {
     backend: Arc<ProcessBackend>,
     sandbox: sandbox_os::live::LiveProcess,
+    policy: crate::policy::ExecPolicy,
     info: SandboxInfo,
     config: Config,
     listener: UnixListener,
@@ -143,6 +158,8 @@ fn start(request: StartRequest) -> Result<Started> {
         strictness: request.strictness,
         ..RunContext::default()
     };
+    // A log that cannot be written (or does not verify) refuses before anything starts.
+    let policy = crate::policy::ExecPolicy::open(&request.policy, &id, &request.caps)?;
     let (backend, sandbox) = start_on_backend(&request, &context)?;
     if request.publish.len() > crate::ports::MAX_PORTS {
         return Err(Error::invalid(format!(
@@ -173,7 +190,11 @@ fn start(request: StartRequest) -> Result<Started> {
         ttl_s: request.ttl_s,
         idle_ttl_s: request.idle_ttl_s,
         owned: request.owned,
-        receipt: clock_receipt(sandbox.receipt().clone(), &request),
+        receipt: {
+            let mut receipt = clock_receipt(sandbox.receipt().clone(), &request);
+            request.policy.state_in(&mut receipt);
+            receipt
+        },
         paused: false,
         ports: ports.iter().map(|(_, port)| port.clone()).collect(),
         cpu_us: None,
@@ -181,9 +202,14 @@ fn start(request: StartRequest) -> Result<Started> {
     write_info(&dir, &info).inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&dir);
     })?;
+    policy.lifecycle(
+        "started",
+        format!("{} on the {} backend", info.id, info.backend),
+    )?;
     Ok(Started {
         backend,
         sandbox,
+        policy,
         info,
         config: Config {
             dir,

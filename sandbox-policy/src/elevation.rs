@@ -336,6 +336,23 @@ pub fn admit(
     audit: &mut dyn FnMut(AuditEvent) -> Result<()>,
 ) -> Result<Admission> {
     let needs = tier.check(tool, caps);
+    admit_needs(tier, tool, caps, needs, book, approver, now_ms, audit)
+}
+
+/// [`admit`] for `needs` already worked out from the tier (e.g. only
+/// [`Tier::check_program`] for an exec in a live sandbox whose caps were admitted when it
+/// started): covered by live grants in `book`, else asked of `approver`.
+#[allow(clippy::too_many_arguments)]
+pub fn admit_needs(
+    tier: &Tier,
+    tool: &Tool,
+    caps: &Caps,
+    needs: Vec<Need>,
+    book: &mut GrantBook,
+    approver: Option<&dyn Approver>,
+    now_ms: u64,
+    audit: &mut dyn FnMut(AuditEvent) -> Result<()>,
+) -> Result<Admission> {
     if needs.is_empty() {
         return Ok(Admission::default());
     }

@@ -36,8 +36,8 @@ pub mod toolcall;
 pub mod workspace;
 
 pub use elevation::{
-    admit, Admission, Approval, Approver, ElevationRequest, Grant, GrantBook, GrantCheck, GrantId,
-    ScriptRequest,
+    admit, admit_needs, Admission, Approval, Approver, ElevationRequest, Grant, GrantBook,
+    GrantCheck, GrantId, ScriptRequest,
 };
 pub use route::{route, BackendOffer, Risk, Route, RoutePolicy};
 pub use tier::{Need, NetScope, PathScope, ProgramScope, Tier};

@@ -225,6 +225,31 @@ impl Tier {
     /// tier that limits paths it is a need of its own (`read:PATH` or `write:PATH`,
     /// saying so) whatever path it names.
     pub fn check(&self, tool: &Tool, caps: &Caps) -> Vec<Need> {
+        let mut needs: BTreeSet<Need> = self.check_caps(caps).into_iter().collect();
+        needs.extend(self.check_program(tool));
+        needs.into_iter().collect()
+    }
+
+    /// The part of [`Tier::check`] about the program `tool` runs: a need when the tier
+    /// approves only some programs and this is not one of them (a live sandbox checks each
+    /// exec with this; its caps were checked when it started).
+    pub fn check_program(&self, tool: &Tool) -> Vec<Need> {
+        let ProgramScope::Only(approved) = &self.programs else {
+            return Vec::new();
+        };
+        let program = program_name(tool);
+        if approved.contains(&program) {
+            return Vec::new();
+        }
+        vec![Need {
+            capability: format!("program:{program}"),
+            detail: format!("not an approved program of tier {}", self.name),
+        }]
+    }
+
+    /// The part of [`Tier::check`] about the caps (grants, network, secrets), whatever
+    /// runs under them.
+    pub fn check_caps(&self, caps: &Caps) -> Vec<Need> {
         let mut needs = BTreeSet::new();
         for mount in &caps.mounts {
             let host = lexical(&mount.host);
@@ -262,15 +287,6 @@ impl Tier {
                 needs.insert(Need {
                     capability: capability.into(),
                     detail: format!("tier {} allows network: {}", self.name, self.network),
-                });
-            }
-        }
-        if let ProgramScope::Only(approved) = &self.programs {
-            let program = program_name(tool);
-            if !approved.contains(&program) {
-                needs.insert(Need {
-                    capability: format!("program:{program}"),
-                    detail: format!("not an approved program of tier {}", self.name),
                 });
             }
         }

@@ -5,6 +5,7 @@ typed errors for bad input, and nothing left once it is stopped."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import time
@@ -167,3 +168,20 @@ def test_a_live_sandbox_in_an_image_runs_every_exec_there_and_ends_with_stop(mar
             live.spawn(["sleep", f"1000.{marker}"])
             wait_until("the detached process runs", lambda: processes_with(marker) != [])
     assert processes_with(marker) == [], "stop ends every process of the sandbox"
+
+
+def test_a_live_sandbox_under_a_tier_refuses_a_program_beyond_it_and_audits_every_exec(
+    tmp_path: Path,
+) -> None:
+    audit = tmp_path / "audit.jsonl"
+    with strata.Sandbox("process", tier="medium", audit=audit) as sb:
+        with sb.start() as live:
+            assert live.info()["receipt"]["policy"]["tier"] == "medium"
+            assert live.exec(["echo", "approved"])["stdout"] == b"approved\n"
+            with pytest.raises(strata.DeniedError, match="program:uname"):
+                live.exec(["uname"])
+    kinds = [r["event"] for r in map(json.loads, audit.read_text().splitlines())]
+    execs = [(e["command"], e["status"]) for e in kinds if e["kind"] == "exec"]
+    assert ("echo approved", "started") in execs and ("echo approved", "exited 0") in execs
+    assert any(c == "uname" and s.startswith("refused") for c, s in execs), execs
+    assert strata.verify_audit(audit)["records"] == len(kinds)
