@@ -8,8 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v hyperfine >/dev/null || { echo "hyperfine missing: apt install hyperfine" >&2; exit 1; }
 command -v bwrap >/dev/null || { echo "bwrap missing: apt install bubblewrap" >&2; exit 1; }
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${STRATA_TARGET_DIR:-$HOME/.cache/strata/target}}"
-cargo build --release -p sandbox-cli --bin strata --bin strata-helper --quiet
+# The build scripts/test.sh makes (shared target dir, clippy as the workspace's compiler),
+# so this reuses its artifacts.
+root="$(pwd)"
+. scripts/cargo-env.sh
+cargo build --release --workspace --bins --quiet
 strata="$CARGO_TARGET_DIR/release/strata"
 out="$CARGO_TARGET_DIR/cli_vs_bwrap.json"
 links=()

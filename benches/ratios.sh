@@ -20,7 +20,10 @@ root="$(pwd)"
 runs="${RUNS:-300}"
 out="$root/target/ratios"
 mkdir -p "$out"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${STRATA_TARGET_DIR:-$HOME/.cache/strata/target}}"
+# The build scripts/test.sh makes (shared target dir, clippy as the workspace's compiler),
+# so this reuses its artifacts.
+root="$(pwd)"
+. scripts/cargo-env.sh
 cargo build --release --workspace --bins --quiet
 export STRATA_HELPER="$CARGO_TARGET_DIR/release/strata-helper"
 

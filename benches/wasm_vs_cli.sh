@@ -13,7 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 core="${BENCH_CORE:-1}"
-target="${CARGO_TARGET_DIR:-${STRATA_TARGET_DIR:-$HOME/.cache/strata/target}}"
+# The build scripts/test.sh makes (shared target dir, clippy as the workspace's compiler).
+. scripts/cargo-env.sh
+target="$CARGO_TARGET_DIR"
 out="$target/bench-wasm"
 mkdir -p "$out"
 
@@ -28,7 +30,7 @@ module="$out/trivial.wasm"
 printf '\x00\x61\x73\x6d\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x05\x03\x01\x00\x01\x07\x13\x02\x06\x6d\x65\x6d\x6f\x72\x79\x02\x00\x06\x5f\x73\x74\x61\x72\x74\x00\x00\x0a\x04\x01\x02\x00\x0b' > "$module"
 
 echo "== building (release)"
-cargo build --release --quiet -p sandbox-cli --bin strata
+cargo build --release --workspace --bins --quiet
 "$wasmtime" --version
 "$wasmtime" compile "$module" -o "$out/trivial.cwasm"
 

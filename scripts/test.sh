@@ -17,28 +17,9 @@ cd "$(dirname "$0")/.."
 root="$(pwd)"
 started=$SECONDS
 
-# The shared target dir, when it can be made; else the clone's own target/.
-target="${STRATA_TARGET_DIR:-$HOME/.cache/strata/target}"
-if mkdir -p "$target" 2>/dev/null && [ -w "$target" ]; then
-  export CARGO_TARGET_DIR="$target"
-else
-  echo "note: $target is not writable; building in $root/target"
-  export CARGO_TARGET_DIR="$root/target"
-fi
-export CARGO_TERM_COLOR=never
-# Clippy (with warnings as errors) is the compiler of the workspace's own crates, in every
-# build this script and the bindings' scripts start: what `cargo clippy -- -D warnings` does
-# in a separate check pass, done during the one release build (its driver is rustc plus the
-# lints; dependencies are compiled by rustc itself). The same for every build, so they
-# share artifacts.
-clippy_driver="$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")/clippy-driver"
-if [ ! -x "$clippy_driver" ]; then
-  echo "clippy-driver is missing next to cargo: rustup component add clippy" >&2
-  exit 1
-fi
-export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
-# cargo-clippy's encoding of `-- -D warnings` for its driver.
-export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# The shared target dir and clippy as the workspace's compiler (scripts/cargo-env.sh).
+# shellcheck source=scripts/cargo-env.sh
+. "$root/scripts/cargo-env.sh"
 # This clone's microVM guest, named at run time: a test binary reused from a build in
 # another clone must not fall back to that clone's guest (compile-time paths).
 export STRATA_VM_GUEST_DIR="${STRATA_VM_GUEST_DIR:-$root/.ci/cache/vm}"

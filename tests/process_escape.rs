@@ -360,6 +360,23 @@ fn memory_bomb_is_killed_at_the_memory_limit() {
     );
 }
 
+/// At the memory limit the kernel's OOM killer must find the tool killable: the helper holds
+/// -1000 where the host lets it (CAP_SYS_RESOURCE), and neither init nor the tool may
+/// inherit that (then nothing in the sandbox could be killed and the run would stall at its
+/// limit instead of ending). The CI host here withholds CAP_SYS_RESOURCE, so the helper
+/// itself is at 0 there; on a host that grants it this is what catches the inheritance.
+#[test]
+fn neither_init_nor_the_tool_inherits_the_helpers_oom_immunity() {
+    let out = run(
+        &sh("cat /proc/self/oom_score_adj /proc/1/oom_score_adj"),
+        &Caps::new(),
+    );
+    let text = ok_stdout(&out);
+    let scores: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert_eq!(scores.len(), 2, "{text}");
+    assert!(scores.iter().all(|s| *s > -1000), "tool and init: {text}");
+}
+
 #[test]
 fn tmpfs_and_shm_fill_stop_at_the_disk_limit() {
     let mut caps = Caps::new();

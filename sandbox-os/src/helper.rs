@@ -123,8 +123,8 @@ fn supervise() -> i32 {
         _ => None,
     };
     let host_ids = sys::ids();
-    // The supervisor and init are outside the tool's reach; when the run's memory limit is
-    // hit, the OOM killer must pick the tool (which raises its own score before exec).
+    // The supervisor is outside the tool's reach; when the run's memory limit is hit, the
+    // OOM killer must pick the tool, not this process (init goes back to 0 at once).
     // Lowering below 0 needs CAP_SYS_RESOURCE: an unprivileged helper keeps 0.
     let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
     let maps = IdMaps::new(&spec, host_ids);
@@ -659,6 +659,18 @@ fn init_run(
     go: &OwnedFd,
     live: Option<OwnedFd>,
 ) -> Result<(), Event> {
+    // Every disposition back to its default once here (the embedder's ignored signals
+    // survive its exec of the helper), so each tool forked below only restores SIGPIPE.
+    // As pid 1 of its namespace, init gets no signal it has no handler for anyway.
+    sys::reset_signals();
+    sys::ignore_signal(libc::SIGPIPE);
+    // The helper holds -1000 where the host lets it (it is never the OOM killer's choice);
+    // init must not, or every tool it forks would inherit it and nothing in the sandbox
+    // could be killed at its memory limit. Raising is always allowed, and this is the last
+    // point where /proc/self is the host's and writable (landlock comes later). At 0, the
+    // OOM killer picks the largest process: the tool's (killing init ends the sandbox,
+    // which is the right end too).
+    let _ = std::fs::write("/proc/self/oom_score_adj", "0");
     // If the supervisor dies (host SIGKILLed it), init dies, and with it the namespace.
     sys::set_parent_death_signal(libc::SIGKILL)
         .map_err(|e| setup_failed(SetupStage::Processes, "parent death signal", &e, None))?;
@@ -925,10 +937,8 @@ pub(crate) fn tool_main(spec: &Spec, command: &Command, workdir: &Path, exec_w: 
         sys::exit_now(127)
     };
     let _ = sys::setsid();
-    sys::reset_signals();
+    sys::exec_signals();
     sys::umask(0o022);
-    // The tool, not the helper, is the OOM killer's choice at the run's memory limit.
-    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     for limit in &spec.rlimits() {
         let resource = match limit.resource {
             Rlimit::Cpu => libc::RLIMIT_CPU,

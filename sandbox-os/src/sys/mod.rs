@@ -915,6 +915,17 @@ pub fn reset_signals() {
     unsafe { libc::sigprocmask(libc::SIG_SETMASK, &set, ptr::null_mut()) };
 }
 
+/// What a tool starts with, in a child of init (whose dispositions [`reset_signals`] set,
+/// with only `SIGPIPE` ignored): `SIGPIPE` back to its default and nothing blocked. Handled
+/// signals need nothing: `execve` resets them.
+pub fn exec_signals() {
+    // SAFETY: setting SIG_DFL is always valid.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let set = empty_sigset();
+    // SAFETY: valid sigset pointer; null old-set pointer is allowed.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &set, ptr::null_mut()) };
+}
+
 /// Ignores `signal` in the calling process.
 pub fn ignore_signal(signal: libc::c_int) {
     // SAFETY: SIG_IGN is a valid disposition.
