@@ -13,7 +13,7 @@
 //! a tier are not touched: their backend resolves their grants as before.
 
 use sandbox_core::grant::{self, RealHost};
-use sandbox_core::{Caps, FollowedGrant, Mount, Result};
+use sandbox_core::{Caps, Error, FollowedGrant, Mount, Result};
 
 /// The caps of a tiered run with their grants pinned on the host.
 pub(crate) struct PinnedRun {
@@ -59,6 +59,16 @@ pub(crate) fn pin_for_tier(tier_caps: &Caps, caps: &Caps) -> Result<PinnedRun> {
         caps,
         followed,
     })
+}
+
+/// `error` with [`explain_followed`] applied when it is a tier's refusal.
+pub(crate) fn explain_denied(error: Error, followed: &[FollowedGrant]) -> Error {
+    match error {
+        Error::Denied { reason } => Error::Denied {
+            reason: explain_followed(reason, followed),
+        },
+        other => other,
+    }
 }
 
 /// `reason` (a tier's refusal) with the grants whose symlinks were followed, so a refusal

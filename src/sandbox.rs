@@ -684,12 +684,8 @@ impl Sandbox {
                     &mut |event| self.audit_policy(event),
                 )
             };
-            let admission = admission.map_err(|e| match e {
-                Error::Denied { reason } => Error::Denied {
-                    reason: crate::grants::explain_followed(reason, &pinned.followed),
-                },
-                other => other,
-            })?;
+            let admission =
+                admission.map_err(|e| crate::grants::explain_denied(e, &pinned.followed))?;
             receipt.tier = Some(tier.name);
             receipt.elevations = admission.elevations;
             receipt.followed = pinned.followed;
@@ -757,12 +753,8 @@ impl Sandbox {
                     &mut |event| self.audit_policy(event),
                 )
             };
-            let admission = admission.map_err(|e| match e {
-                Error::Denied { reason } => Error::Denied {
-                    reason: crate::grants::explain_followed(reason, &pinned.followed),
-                },
-                other => other,
-            })?;
+            let admission =
+                admission.map_err(|e| crate::grants::explain_denied(e, &pinned.followed))?;
             let receipt = PolicyReceipt {
                 tier: Some(tier.name.clone()),
                 elevations: admission.elevations,

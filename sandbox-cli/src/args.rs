@@ -477,6 +477,32 @@ pub struct Request {
     pub cluster: Option<ClusterTarget>,
 }
 
+impl Request {
+    /// The sandbox this request runs on: its backend and strictness, one run per process
+    /// (no sandboxes built ahead of time, the host probe read from the state directory
+    /// instead of probed on every start), and its policy (audit log, tiers, approver).
+    pub fn sandbox_builder(&self) -> strata::SandboxBuilder {
+        let mut builder = strata::Sandbox::builder()
+            .backend(self.backend)
+            .strictness(self.strictness)
+            .warm_pool(0)
+            .cache_host_probe(true);
+        if let Some(path) = &self.audit {
+            builder = builder.audit(path);
+        }
+        for tier in &self.tiers {
+            builder = builder.define_tier(tier.clone());
+        }
+        if let Some(tier) = &self.tier {
+            builder = builder.tier(tier);
+        }
+        if let Some(choice) = &self.approver {
+            builder = builder.approver(choice.approver());
+        }
+        builder
+    }
+}
+
 /// Where `--backend cluster` runs: `--kubeconfig`, `--namespace`, `--warm-pool`.
 #[cfg_attr(not(feature = "kube"), allow(dead_code))]
 pub struct ClusterTarget {

@@ -108,24 +108,7 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
     // The policy as `strata run` applies it: the caps admitted against the tier now (with
     // the approver: a program, or this terminal), and every exec's program checked by the
     // supervisor (which can ask an approver program, not a terminal) and audited.
-    let mut builder = strata::Sandbox::builder()
-        .backend(request.backend)
-        .strictness(request.strictness)
-        .warm_pool(0)
-        .cache_host_probe(true);
-    if let Some(path) = &request.audit {
-        builder = builder.audit(path);
-    }
-    for tier in &request.tiers {
-        builder = builder.define_tier(tier.clone());
-    }
-    if let Some(tier) = &request.tier {
-        builder = builder.tier(tier);
-    }
-    if let Some(choice) = &request.approver {
-        builder = builder.approver(choice.approver());
-    }
-    let sandbox = builder.build()?;
+    let sandbox = request.sandbox_builder().build()?;
     let mut options = StartOptions {
         strictness: request.strictness,
         backend,

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use clap::Parser;
-use strata::{doctor, Error, ErrorKind, OutputSink, RunContext, Sandbox, StdinSource, Stream};
+use strata::{doctor, Error, ErrorKind, OutputSink, RunContext, StdinSource, Stream};
 
 use sanitize::Sanitizer;
 
@@ -189,16 +189,7 @@ fn run(args: RunArgs) -> ExitCode {
             };
         }
     };
-    // One run per process: no sandboxes built ahead of time, and the host probe read from
-    // the state directory instead of probing on every start.
-    let mut builder = Sandbox::builder()
-        .backend(request.backend)
-        .strictness(request.strictness)
-        .warm_pool(0)
-        .cache_host_probe(true);
-    if let Some(path) = &request.audit {
-        builder = builder.audit(path);
-    }
+    let mut builder = request.sandbox_builder();
     #[cfg(not(feature = "kube"))]
     if request.cluster.is_some() {
         return not_built("kube", "--backend cluster");
@@ -214,15 +205,6 @@ fn run(args: RunArgs) -> ExitCode {
             Ok(cluster) => builder = builder.cluster(Arc::new(cluster)),
             Err(e) => return fail(&e, json),
         }
-    }
-    for tier in &request.tiers {
-        builder = builder.define_tier(tier.clone());
-    }
-    if let Some(tier) = &request.tier {
-        builder = builder.tier(tier);
-    }
-    if let Some(choice) = &request.approver {
-        builder = builder.approver(choice.approver());
     }
     if request.allow_weaker {
         builder = builder.route_policy(strata::policy::RoutePolicy {

@@ -75,17 +75,22 @@ pub(crate) fn exec(
         .spawn(move || {
             if follow(&context, pid, &out, true).is_err() {
                 // The client went away during a foreground exec: that cancels it.
-                if let Some(sandbox) = context
-                    .sandbox
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                {
-                    let _ = sandbox.signal(pid, libc::SIGKILL);
-                }
+                kill_exec(&context, pid);
             }
         });
     spawned.is_ok()
+}
+
+/// Kills exec `pid`'s process group (the sandbox may have stopped already).
+fn kill_exec(context: &Context, pid: i32) {
+    if let Some(sandbox) = context
+        .sandbox
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        let _ = sandbox.signal(pid, libc::SIGKILL);
+    }
 }
 
 /// Validates and starts an exec; returns its pid.
@@ -214,14 +219,7 @@ fn start(context: &Arc<Context>, request: ExecRequest) -> Result<i32, Error> {
     if let Some(argv) = audited_argv {
         // Nothing runs unrecorded: an exec whose start cannot be logged is ended.
         if let Err(error) = context.policy.started(&argv, pid) {
-            if let Some(sandbox) = context
-                .sandbox
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-            {
-                let _ = sandbox.signal(pid, libc::SIGKILL);
-            }
+            kill_exec(context, pid);
             return Err(error);
         }
     }
