@@ -70,15 +70,13 @@ pub(crate) fn exec(
     });
     foreground.push(pid);
     let context = Arc::clone(context);
-    let spawned = std::thread::Builder::new()
-        .name("strata-live-follow".into())
-        .spawn(move || {
-            if follow(&context, pid, &out, true).is_err() {
-                // The client went away during a foreground exec: that cancels it.
-                kill_exec(&context, pid);
-            }
-        });
-    spawned.is_ok()
+    crate::workers::run(move || {
+        if follow(&context, pid, &out, true).is_err() {
+            // The client went away during a foreground exec: that cancels it.
+            kill_exec(&context, pid);
+        }
+    })
+    .is_ok()
 }
 
 /// Kills exec `pid`'s process group (the sandbox may have stopped already).
@@ -294,53 +292,51 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), Error> {
 /// error once no process holds its slave: that is its end).
 fn read_output(context: &Arc<Context>, pid: i32, outputs: Vec<(OwnedFd, Stream)>) {
     let context = Arc::clone(context);
-    let spawned = std::thread::Builder::new()
-        .name("strata-live-output".into())
-        .spawn(move || {
-            let streams: Vec<Stream> = outputs.iter().map(|(_, stream)| *stream).collect();
-            let mut open: Vec<Option<File>> = outputs
-                .into_iter()
-                .map(|(fd, _)| Some(File::from(fd)))
+    let spawned = crate::workers::run(move || {
+        let streams: Vec<Stream> = outputs.iter().map(|(_, stream)| *stream).collect();
+        let mut open: Vec<Option<File>> = outputs
+            .into_iter()
+            .map(|(fd, _)| Some(File::from(fd)))
+            .collect();
+        let mut buf = vec![0u8; 64 * 1024];
+        while open.iter().any(Option::is_some) {
+            let mut fds: Vec<PollFd<'_>> = open
+                .iter()
+                .flatten()
+                .map(|f| PollFd::new(f, PollFlags::IN))
                 .collect();
-            let mut buf = vec![0u8; 64 * 1024];
-            while open.iter().any(Option::is_some) {
-                let mut fds: Vec<PollFd<'_>> = open
-                    .iter()
-                    .flatten()
-                    .map(|f| PollFd::new(f, PollFlags::IN))
-                    .collect();
-                if rustix::event::poll(&mut fds, None).is_err() {
+            if rustix::event::poll(&mut fds, None).is_err() {
+                continue;
+            }
+            drop(fds);
+            for (slot, stream) in open.iter_mut().zip(streams.iter().copied()) {
+                let Some(file) = slot.as_mut() else { continue };
+                let mut probe = [PollFd::new(&*file, PollFlags::IN)];
+                let zero = rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                if !matches!(rustix::event::poll(&mut probe, Some(&zero)), Ok(n) if n > 0) {
                     continue;
                 }
-                drop(fds);
-                for (slot, stream) in open.iter_mut().zip(streams.iter().copied()) {
-                    let Some(file) = slot.as_mut() else { continue };
-                    let mut probe = [PollFd::new(&*file, PollFlags::IN)];
-                    let zero = rustix::time::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: 0,
-                    };
-                    if !matches!(rustix::event::poll(&mut probe, Some(&zero)), Ok(n) if n > 0) {
-                        continue;
-                    }
-                    match file.read(&mut buf) {
-                        Ok(0) | Err(_) => *slot = None,
-                        Ok(n) => {
-                            let mut table = context.table.lock();
-                            if let Some(proc) = table.procs.get_mut(&pid) {
-                                proc.ring.push(stream, &buf[..n]);
-                            }
-                            drop(table);
-                            context.table.notify();
+                match file.read(&mut buf) {
+                    Ok(0) | Err(_) => *slot = None,
+                    Ok(n) => {
+                        let mut table = context.table.lock();
+                        if let Some(proc) = table.procs.get_mut(&pid) {
+                            proc.ring.push(stream, &buf[..n]);
                         }
+                        drop(table);
+                        context.table.notify();
                     }
                 }
             }
-            if let Some(proc) = context.table.lock().procs.get_mut(&pid) {
-                proc.output_open = false;
-            }
-            context.table.notify();
-        });
+        }
+        if let Some(proc) = context.table.lock().procs.get_mut(&pid) {
+            proc.output_open = false;
+        }
+        context.table.notify();
+    });
     if spawned.is_err() {
         tracing::warn!("no thread to read the output of pid {pid}");
     }

@@ -36,6 +36,7 @@ pub mod state;
 pub mod supervisor;
 mod table;
 pub mod watch;
+mod workers;
 
 pub use approver::ProgramApprover;
 pub use client::{LiveSandbox, OutputSince, Pty, StartOptions, SUPERVISOR_NAME};

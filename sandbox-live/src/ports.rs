@@ -134,12 +134,10 @@ fn accept(context: &Arc<Context>, listener: &TcpListener, guest_port: u16) {
             table.last_activity = Some(Instant::now());
         }
         let context_for_thread = Arc::clone(context);
-        let spawned = std::thread::Builder::new()
-            .name("strata-live-forward".into())
-            .spawn(move || {
-                forward(&context_for_thread, client, guest_port);
-                context_for_thread.table.lock().forwarding -= 1;
-            });
+        let spawned = crate::workers::run(move || {
+            forward(&context_for_thread, client, guest_port);
+            context_for_thread.table.lock().forwarding -= 1;
+        });
         if spawned.is_err() {
             context.table.lock().forwarding -= 1;
         }

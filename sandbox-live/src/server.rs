@@ -191,9 +191,7 @@ fn accept_in_background(listener: UnixListener, context: Arc<Context>, owner_uid
                     continue;
                 }
                 let context = Arc::clone(&context);
-                let _ = std::thread::Builder::new()
-                    .name("strata-live-client".into())
-                    .spawn(move || connection(stream, &context));
+                let _ = crate::workers::run(move || connection(stream, &context));
             }
         });
     if spawned.is_err() {
