@@ -35,7 +35,7 @@
  */
 
 import type { Readable, Writable } from 'node:stream'
-import type { Caps, RunResult, Sandbox, Session } from './index.js'
+import type { Caps, LiveExit, LiveSandbox, PublishedPort, RunResult, Sandbox, Session } from './index.js'
 
 /** The Strata session these classes wrap (`sandbox.session(caps, options)`). */
 export type SessionLike = Session
@@ -91,8 +91,11 @@ export declare class Command {
   readonly cwd: string
   /** When it started, in milliseconds since the epoch. */
   readonly startedAt: number
-  /** Strata's result of the call once it ended by itself; `null` while running or after kill(). */
-  readonly result: RunResult | null
+  /**
+   * Strata's result once it ended by itself: the run's on a session, the process's exit
+   * and its output on a live sandbox; `null` while running or after kill() on a session.
+   */
+  readonly result: RunResult | LiveCommandResult | null
   /**
    * The output, from the start of the command (every call replays it), live until it
    * ends. `close()` ends the iteration; `signal` stops it with the signal's reason.
@@ -116,6 +119,13 @@ export declare class Command {
   kill(signal?: Signal, opts?: { abortSignal?: AbortSignal }): Promise<void>
 }
 
+/** How a command of a live sandbox ended, with its output decoded as UTF-8. */
+export interface LiveCommandResult extends LiveExit {
+  durationMs: number
+  stdout: string
+  stderr: string
+}
+
 /** A command that has ended. */
 export declare class CommandFinished extends Command {
   private constructor()
@@ -132,9 +142,22 @@ export interface CreateParams {
   caps?: Caps | null
   /** Where the session's directory is mounted, and the working directory. Default `/workspace`. */
   workdir?: string
-  /** Cap of one file transfer. Default 256 MiB. */
+  /** Cap of one file transfer (a session only). Default 256 MiB. */
   maxTransfer?: number | string
   signal?: AbortSignal
+  /**
+   * `true`: one live sandbox for the StrataSandbox's whole life (as a Vercel sandbox is):
+   * detached commands keep running between commands, kill() signals that command only,
+   * files stay where commands write them. Its workdir, as a session's, is a private host
+   * directory (0700) mounted read-write at `workdir` (default `/workspace`) and removed at
+   * stop(), unless the caps name a workdir of their own (then that one, and nothing is
+   * made). Default `false`: a session, each command a sandbox run of its own.
+   */
+  live?: boolean
+  /** Live only: TCP ports inside to publish on host loopback; {@link StrataSandbox.domain} gives their URLs. */
+  ports?: number[]
+  /** Live only: the sandbox's lifetime in milliseconds (rounded up to seconds); it ends then. Default: until stop(). */
+  timeout?: number
 }
 
 /**
@@ -144,9 +167,17 @@ export interface CreateParams {
 export declare class StrataSandbox {
   /** Wraps a session (`caps`: what it was made with, for descriptions). */
   constructor(session: SessionLike, options?: { caps?: Caps | null })
+  /**
+   * Wraps a live sandbox: `workdir` (default the caps' workdir, else `/tmp`) and `ports`,
+   * what it published (for {@link StrataSandbox.domain}).
+   */
+  constructor(live: LiveSandbox, options?: { caps?: Caps | null; workdir?: string; ports?: PublishedPort[] })
   /** A new session, wrapped. `await using` stops it at the end of the block. */
   static create(params?: CreateParams): Promise<StrataSandbox & AsyncDisposable>
+  /** The session (`undefined` when it wraps a live sandbox). */
   readonly session: SessionLike
+  /** The live sandbox it wraps, else `null`. */
+  readonly live: LiveSandbox | null
   readonly caps: Caps | null
   /** The session id (`@vercel/sandbox` 1.x/2.x name; what bash-tool looks for). */
   readonly sandboxId: string
@@ -177,8 +208,11 @@ export declare class StrataSandbox {
   ): Promise<string | null>
   /** Writes files (parents created, existing files replaced); `mode` is applied with chmod in the sandbox. */
   writeFiles(files: { path: string; content: string | Uint8Array; mode?: number }[], opts?: { signal?: AbortSignal }): Promise<void>
-  /** Always throws: a Strata sandbox accepts no inbound connections. */
-  domain(port: number): never
+  /**
+   * A live sandbox's published port as `http://127.0.0.1:HOSTPORT`; throws for a port not
+   * published at create, and always for a session (it accepts no inbound connections).
+   */
+  domain(port: number): string
   /** Kills running commands and closes the session (its files are removed). Idempotent. */
   stop(opts?: { signal?: AbortSignal }): Promise<void>
 }
@@ -234,7 +268,10 @@ export interface StrataSandboxSessionOptions {
 export declare class StrataSandboxSession {
   /** Wraps a session, or the session of a StrataSandbox. */
   constructor(session: SessionLike | StrataSandbox, options?: StrataSandboxSessionOptions)
+  /** The session (`undefined` when it wraps a live sandbox). */
   readonly session: SessionLike
+  /** The live sandbox it wraps, else `null`. */
+  readonly live: LiveSandbox | null
   /** What the model should know of the environment (workdir, persistence, network, timeout). */
   readonly description: string
   /** Runs a command line to its end; `abortSignal` kills it (the promise rejects with a `CancelledError`). */

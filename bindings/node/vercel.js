@@ -10,11 +10,16 @@
 //   to generateText/streamText/agents; tools get it in their execute options.
 //
 // Both wrap one Strata Session: a private directory mounted read-write at the session's
-// workdir (default /workspace) in every call, each command one sandbox run. No
-// dependency on any of those packages: the shapes are mirrored (vercel.d.ts says which
-// versions) and checked against the real packages by test/vercel.test.js.
+// workdir (default /workspace) in every call, each command one sandbox run. A
+// StrataSandbox can instead wrap a live sandbox (`StrataSandbox.create({ live: true })`):
+// one sandbox for its whole life, as a Vercel sandbox is, so a detached command (a dev
+// server) keeps running between commands, kill() sends its signal to that command only,
+// and `ports` are published on host loopback for domain(). No dependency on any of those
+// packages: the shapes are mirrored (vercel.d.ts says which versions) and checked against
+// the real packages by test/vercel.test.js.
 
 const fs = require('node:fs')
+const os = require('node:os')
 const hostPath = require('node:path')
 const guestPath = require('node:path').posix
 const crypto = require('node:crypto')
@@ -22,7 +27,7 @@ const { Readable } = require('node:stream')
 const { StringDecoder } = require('node:string_decoder')
 const strata = require('./index.js')
 
-const { InvalidRequestError, ToolFailedError } = strata
+const { InvalidRequestError, ToolFailedError, CancelledError } = strata
 
 function checkKeys(object, allowed, what) {
   if (object === undefined || object === null) return {}
@@ -37,6 +42,9 @@ function checkKeys(object, allowed, what) {
 
 /** The Strata session behind a StrataSandbox, a StrataSandboxSession or a session itself. */
 function sessionOf(value) {
+  if (value instanceof StrataSandbox && value.live) {
+    throw new InvalidRequestError('a StrataSandboxSession wraps a Strata session; this StrataSandbox wraps a live sandbox')
+  }
   const session = value instanceof StrataSandbox || value instanceof StrataSandboxSession ? value.session : value
   if (!session || typeof session.run !== 'function' || typeof session.readFile !== 'function') {
     throw new InvalidRequestError('expected a Strata session (sandbox.session(...)), a StrataSandbox or a StrataSandboxSession')
@@ -77,6 +85,26 @@ function callArgv(workdir, cmd, args, cwd, env) {
   const prefix = ['env', ...(dir === workdir ? [] : ['-C', dir]), '--', ...pairs]
   const program = cmd.includes('=') ? ['sh', '-c', 'exec "$@"', 'sh', ...argv] : argv
   return { argv: [...prefix, ...program], cwd: dir }
+}
+
+/**
+ * The argv and working directory of one command on a live sandbox: checked as
+ * {@link callArgv} checks them, but the live sandbox takes the working directory and the
+ * variables itself (no env(1) around the program).
+ */
+function liveCall(workdir, cmd, args, cwd, env) {
+  if (typeof cmd !== 'string' || cmd === '') throw new InvalidRequestError('cmd must be a non-empty string')
+  if (args !== undefined && args !== null && !Array.isArray(args)) throw new InvalidRequestError('args must be an array of strings')
+  const argv = [cmd, ...(args ?? [])]
+  for (const arg of argv) if (typeof arg !== 'string') throw new InvalidRequestError('args must be an array of strings')
+  if (env !== undefined && env !== null) {
+    if (typeof env !== 'object') throw new InvalidRequestError('env must be an object of strings')
+    for (const [name, value] of Object.entries(env)) {
+      if (!ENV_NAME.test(name)) throw new InvalidRequestError(`bad environment variable name ${JSON.stringify(name)}`)
+      if (typeof value !== 'string') throw new InvalidRequestError(`environment variable ${name} must be a string`)
+    }
+  }
+  return { argv, cwd: cwd === undefined || cwd === null ? workdir : resolveIn(workdir, cwd) }
 }
 
 /** A number for an exit status: the code, else 128 + the signal, else 124 (timeout) or 137. */
@@ -200,6 +228,11 @@ class CommandState {
     this.controller = new AbortController()
     this.killSignal = null
     this.done = null // resolves (never rejects) when the call is over
+    // Ends the command with a signal number (set by whoever runs it).
+    this.kill = (number) => {
+      if (this.killSignal === null) this.killSignal = number
+      this.controller.abort(new Error(`killed with signal ${number}`))
+    }
   }
 
   push(stream, chunk) {
@@ -369,10 +402,7 @@ class Command {
     const number = signalNumber(signal)
     const { abortSignal } = checkKeys(opts, new Set(['abortSignal']), 'kill option')
     const state = this[COMMAND_STATE]
-    if (!state.ended) {
-      if (state.killSignal === null) state.killSignal = number
-      state.controller.abort(new Error(`killed with signal ${number}`))
-    }
+    if (!state.ended) state.kill(number)
     await abortable(state.done, abortSignal)
   }
 }
@@ -392,7 +422,35 @@ class CommandFinished extends Command {
   }
 }
 
-const CREATE_KEYS = new Set(['sandbox', 'caps', 'workdir', 'maxTransfer', 'signal'])
+const CREATE_KEYS = new Set(['sandbox', 'caps', 'workdir', 'maxTransfer', 'signal', 'live', 'ports', 'timeout'])
+
+/** A live sandbox's file, or `null` when nothing is there. */
+async function readLiveOrNull(live, path) {
+  try {
+    return await live.readFile(path)
+  } catch (error) {
+    if (error?.code === 'invalid_request' && /\bnot found\b/.test(error.message)) return null
+    throw error
+  }
+}
+
+// Private workdirs of live sandboxes not stopped yet: removed when the process exits.
+const liveWorkdirs = new Set()
+process.once('exit', () => {
+  for (const dir of liveWorkdirs) fs.rmSync(dir, { recursive: true, force: true })
+})
+
+/** `{ guestPort: 'http://IP:PORT' }` of a live sandbox's published ports. */
+function portRoutes(published) {
+  const routes = new Map()
+  for (const port of published ?? []) {
+    const guest = port.guestPort ?? port.guest_port
+    const ip = port.hostIp ?? port.host_ip
+    const host = port.hostPort ?? port.host_port
+    routes.set(guest, `http://${ip.includes(':') ? `[${ip}]` : ip}:${host}`)
+  }
+  return routes
+}
 
 /**
  * A Strata session in the shape of @vercel/sandbox's `Sandbox`. Paths are guest paths:
@@ -402,13 +460,34 @@ const CREATE_KEYS = new Set(['sandbox', 'caps', 'workdir', 'maxTransfer', 'signa
  */
 class StrataSandbox {
   #session
+  #live = null
+  #privateDir = null
+  #workdir
+  #routes = new Map()
   #caps
   #commands = new Map()
 
+  /**
+   * Wraps a Strata session, or a live sandbox (`strata.LiveSandbox`; options `workdir`,
+   * default the caps' workdir else `/tmp`, and `ports`: its published ports, for domain()).
+   */
   constructor(session, options) {
-    const opts = checkKeys(options, new Set(['caps']), 'StrataSandbox option')
-    this.#session = sessionOf(session)
+    const opts = checkKeys(options, new Set(['caps', 'workdir', 'ports']), 'StrataSandbox option')
     this.#caps = opts.caps ?? null
+    if (session instanceof strata.LiveSandbox) {
+      this.#live = session
+      this.#workdir = opts.workdir ?? this.#caps?.workdir ?? '/tmp'
+      if (typeof this.#workdir !== 'string' || !this.#workdir.startsWith('/')) {
+        throw new InvalidRequestError('workdir must be an absolute path inside the sandbox')
+      }
+      this.#routes = portRoutes(opts.ports)
+      return
+    }
+    if (opts.workdir !== undefined || opts.ports !== undefined) {
+      throw new InvalidRequestError('workdir and ports are options of a wrapped live sandbox; a session has its own workdir and no ports')
+    }
+    this.#session = sessionOf(session)
+    this.#workdir = this.#session.workdir
   }
 
   /**
@@ -417,8 +496,57 @@ class StrataSandbox {
    * @vercel/sandbox it resolves to a sandbox that `await using` stops.
    */
   static async create(params) {
-    const { sandbox, caps, workdir, maxTransfer, signal } = checkKeys(params, CREATE_KEYS, 'StrataSandbox.create parameter')
+    const { sandbox, caps, workdir, maxTransfer, signal, live, ports, timeout } = checkKeys(
+      params,
+      CREATE_KEYS,
+      'StrataSandbox.create parameter',
+    )
     signal?.throwIfAborted()
+    if (live !== undefined && typeof live !== 'boolean') throw new InvalidRequestError('live must be true or false')
+    if (!live && (ports !== undefined || timeout !== undefined)) {
+      throw new InvalidRequestError(
+        'ports and timeout need a live sandbox: StrataSandbox.create({ live: true, ports, timeout }) (a session runs each command in a sandbox of its own)',
+      )
+    }
+    if (live) {
+      if (maxTransfer !== undefined) throw new InvalidRequestError('maxTransfer is an option of a session, not of a live sandbox')
+      if (timeout !== undefined && !(typeof timeout === 'number' && timeout > 0)) {
+        throw new InvalidRequestError('timeout must be a number of milliseconds above 0 (the sandbox\'s lifetime)')
+      }
+      const options = {}
+      if (ports !== undefined) options.publish = ports
+      if (timeout !== undefined) options.ttl = Math.ceil(timeout / 1000)
+      // The workdir is a private host directory (0700) mounted read-write, as a session's is
+      // (the sandbox's /tmp is noexec), unless the caps bring a workdir of their own.
+      const guest = workdir ?? (caps?.workdir ? null : '/workspace')
+      let liveCaps = caps ?? null
+      let privateDir = null
+      if (guest !== null) {
+        if (typeof guest !== 'string' || !guest.startsWith('/')) {
+          throw new InvalidRequestError('workdir must be an absolute path inside the sandbox')
+        }
+        privateDir = await fs.promises.mkdtemp(hostPath.join(fs.realpathSync(os.tmpdir()), 'strata-vercel-'))
+        liveWorkdirs.add(privateDir)
+        const mounts = [...(caps?.mounts ?? []), { host: privateDir, guest, access: 'rw' }]
+        liveCaps = { ...(caps ?? {}), mounts, workdir: guest }
+      }
+      let started = null
+      try {
+        started = await (sandbox ?? new strata.Sandbox()).start(liveCaps, options)
+        signal?.throwIfAborted()
+        const info = await started.info()
+        const wrapped = new StrataSandbox(started, { caps: liveCaps, ports: info.ports })
+        StrataSandbox.#adopt(wrapped, privateDir)
+        return wrapped
+      } catch (error) {
+        if (started) await started.stop()
+        if (privateDir) {
+          liveWorkdirs.delete(privateDir)
+          await fs.promises.rm(privateDir, { recursive: true, force: true })
+        }
+        throw error
+      }
+    }
     const options = {}
     if (workdir !== undefined) options.workdir = workdir
     if (maxTransfer !== undefined) options.maxTransfer = maxTransfer
@@ -426,9 +554,19 @@ class StrataSandbox {
     return new StrataSandbox(session, { caps })
   }
 
-  /** The Strata session. */
+  /** Makes `dir` the sandbox's own workdir: removed when it stops. */
+  static #adopt(sandbox, dir) {
+    sandbox.#privateDir = dir
+  }
+
+  /** The Strata session (`undefined` for a live sandbox). */
   get session() {
     return this.#session
+  }
+
+  /** The live sandbox (`strata.LiveSandbox`), else `null` (a session). */
+  get live() {
+    return this.#live
   }
 
   /** The caps given to {@link StrataSandbox.create} (or the constructor), else `null`. */
@@ -438,20 +576,21 @@ class StrataSandbox {
 
   /** The session id (`s-` and 32 hex digits): @vercel/sandbox v1/v2's `sandboxId`. */
   get sandboxId() {
-    return this.#session.id
+    return (this.#live ?? this.#session).id
   }
 
   /** The session id: @vercel/sandbox v3's `name`. */
   get name() {
-    return this.#session.id
+    return (this.#live ?? this.#session).id
   }
 
   /** The working directory of commands and base of relative paths: the session's workdir. */
   get cwd() {
-    return this.#session.workdir
+    return this.#workdir
   }
 
   get status() {
+    if (this.#live) return this.#live.stopped ? 'stopped' : 'running'
     return this.#session.closed ? 'stopped' : 'running'
   }
 
@@ -473,6 +612,7 @@ class StrataSandbox {
       params = checkKeys(commandOrParams, RUN_COMMAND_KEYS, 'runCommand parameter')
     }
     if (params.sudo) throw new InvalidRequestError('sudo is not available: commands in a Strata sandbox run unprivileged')
+    if (this.#live) return this.#runLive(params)
     const session = this.#session
     const { argv, cwd } = callArgv(session.workdir, params.cmd, params.args, params.cwd, params.env)
     params.signal?.throwIfAborted()
@@ -503,6 +643,63 @@ class StrataSandbox {
     return new CommandFinished(state)
   }
 
+  /**
+   * runCommand on a live sandbox: the command is a process of the sandbox (spawned, its
+   * output followed from the start), so a detached one outlives this call, kill() signals
+   * its process group only, and `signal` kills it (the call then rejects with a
+   * CancelledError).
+   */
+  async #runLive(params) {
+    const live = this.#live
+    const { argv, cwd } = liveCall(this.#workdir, params.cmd, params.args, params.cwd, params.env)
+    if (params.timeoutMs !== undefined && !(typeof params.timeoutMs === 'number' && params.timeoutMs >= 0)) {
+      throw new InvalidRequestError('timeoutMs must be a number of milliseconds (0: none)')
+    }
+    params.signal?.throwIfAborted()
+    const options = { workdir: cwd }
+    if (params.env) options.env = params.env
+    if (params.timeoutMs) options.timeout = params.timeoutMs / 1000
+    const pid = await live.spawn(argv, options)
+    const state = new CommandState({ cmdId: `cmd_${crypto.randomBytes(12).toString('hex')}`, cwd, argv })
+    state.sinks = { stdout: params.stdout, stderr: params.stderr }
+    state.pid = pid
+    let cancelled = null
+    state.kill = (number) => {
+      if (state.killSignal === null) state.killSignal = number
+      live.kill(pid, number).catch(() => {}) // it may have ended, or the sandbox stopped
+    }
+    const onAbort = () => {
+      cancelled = new CancelledError('the command was cancelled by its AbortSignal; it was killed', {
+        cause: params.signal.reason,
+      })
+      live.kill(pid, SIGNALS.SIGKILL).catch(() => {})
+    }
+    if (params.signal?.aborted) onAbort()
+    else params.signal?.addEventListener('abort', onAbort, { once: true })
+    const startedAt = Date.now()
+    state.done = (async () => {
+      for await (const chunk of live.output(pid)) state.push(chunk.stream, chunk.data)
+      return live.wait(pid)
+    })().then(
+      (exit) => {
+        if (cancelled) return state.end({ error: cancelled })
+        const result = { ...exit, durationMs: Date.now() - startedAt }
+        state.end({ result })
+        // The text as decoded (end() flushed the decoders).
+        result.stdout = state.text('stdout')
+        result.stderr = state.text('stderr')
+      },
+      (error) => state.end(cancelled ? { error: cancelled } : state.killSignal !== null ? { killedWith: state.killSignal } : { error }),
+    )
+    void state.done.then(() => params.signal?.removeEventListener('abort', onAbort))
+    this.#commands.set(state.cmdId, state)
+    void state.done.then(() => this.#commands.delete(state.cmdId))
+    if (params.detached) return new Command(state)
+    await state.done
+    if (state.ended.error) throw state.ended.error
+    return new CommandFinished(state)
+  }
+
   /** A running detached command of this sandbox by its `cmdId`. */
   async getCommand(cmdId) {
     const state = this.#commands.get(cmdId)
@@ -514,6 +711,8 @@ class StrataSandbox {
   async mkDir(path, opts) {
     const { signal } = checkKeys(opts, new Set(['signal']), 'mkDir option')
     const dir = resolveIn(this.cwd, path)
+    signal?.throwIfAborted()
+    if (this.#live) return this.#live.mkdir(dir, { parents: true })
     const result = await this.#session.run(['mkdir', '-p', '--', dir], { signal })
     if (result.exitCode !== 0) throw failed(`mkdir ${dir}`, result)
   }
@@ -529,7 +728,8 @@ class StrataSandbox {
     const { path, cwd } = checkKeys(file, new Set(['path', 'cwd']), 'file')
     const { signal } = checkKeys(opts, new Set(['signal']), 'readFile option')
     signal?.throwIfAborted()
-    const data = await readOrNull(this.#session, resolveIn(resolveIn(this.cwd, cwd ?? this.cwd), path))
+    const target = resolveIn(resolveIn(this.cwd, cwd ?? this.cwd), path)
+    const data = this.#live ? await readLiveOrNull(this.#live, target) : await readOrNull(this.#session, target)
     return data === null ? null : Buffer.from(data.buffer, data.byteOffset, data.byteLength)
   }
 
@@ -571,23 +771,53 @@ class StrataSandbox {
     })
     for (const { target, data } of writes) {
       signal?.throwIfAborted()
-      await this.#session.writeFile(target, data)
+      if (this.#live) await this.#live.writeFile(target, data)
+      else await this.#session.writeFile(target, data)
     }
     for (const [mode, paths] of modes) {
-      const result = await this.#session.run(['chmod', mode.toString(8), '--', ...paths], { signal })
-      if (result.exitCode !== 0) throw failed(`chmod ${mode.toString(8)}`, result)
+      const argv = ['chmod', mode.toString(8), '--', ...paths]
+      const result = this.#live
+        ? await this.#live.exec(argv, { signal })
+        : await this.#session.run(argv, { signal })
+      if (result.exitCode !== 0) {
+        const text = (bytes) => (typeof bytes === 'string' ? bytes : Buffer.from(bytes).toString('utf8'))
+        throw failed(`chmod ${mode.toString(8)}`, { ...result, stdout: text(result.stdout), stderr: text(result.stderr) })
+      }
     }
   }
 
-  /** Always throws: a Strata sandbox has no inbound network, so no port has a public domain. */
+  /**
+   * The URL of a port published when the live sandbox was created (`ports`), on host
+   * loopback: `http://127.0.0.1:HOSTPORT`. Throws for any other port, and always for a
+   * session (it accepts no inbound connections).
+   */
   domain(port) {
+    const route = this.#routes.get(port)
+    if (route) return route
+    if (this.#live) {
+      throw new InvalidRequestError(`No route for port ${port}: publish it when the sandbox is created (StrataSandbox.create({ live: true, ports: [${port}] }))`)
+    }
     throw new InvalidRequestError(`No route for port ${port}: a Strata sandbox accepts no inbound connections`)
   }
 
-  /** Ends the running commands and closes the session, removing its files. Idempotent. */
+  /**
+   * Ends the running commands and closes the session, removing its files (a live sandbox:
+   * stops it, ending every process in it). Idempotent.
+   */
   async stop(opts) {
     checkKeys(opts, new Set(['signal']), 'stop option')
     const running = [...this.#commands.values()]
+    if (this.#live) {
+      for (const state of running) if (state.killSignal === null) state.killSignal = SIGNALS.SIGKILL
+      if (!this.#live.stopped) await this.#live.stop()
+      await Promise.all(running.map((state) => state.done))
+      if (this.#privateDir) {
+        await fs.promises.rm(this.#privateDir, { recursive: true, force: true })
+        liveWorkdirs.delete(this.#privateDir)
+        this.#privateDir = null
+      }
+      return
+    }
     for (const state of running) {
       if (state.killSignal === null) state.killSignal = SIGNALS.SIGKILL
       state.controller.abort(new Error('the sandbox was stopped'))

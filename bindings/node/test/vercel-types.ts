@@ -5,7 +5,7 @@
 
 import type { Experimental_SandboxSession, Experimental_SandboxProcess } from 'ai' with { 'resolution-mode': 'import' }
 import type { CreateBashToolOptions, VercelSandboxInstance } from 'bash-tool' with { 'resolution-mode': 'import' }
-import { Sandbox } from 'strata-sandbox'
+import { type LiveSandbox, Sandbox } from 'strata-sandbox'
 import {
   Command,
   CommandFinished,
@@ -63,6 +63,21 @@ export async function vercelShape(): Promise<void> {
   const bashOptions: CreateBashToolOptions = { sandbox, destination: sandbox.cwd }
   void asVercel
   void bashOptions
+}
+
+export async function liveShape(live: LiveSandbox): Promise<void> {
+  const sandbox = await StrataSandbox.create({ live: true, ports: [3000], timeout: 600_000, caps: { memory: '1G' } })
+  const url: string = sandbox.domain(3000)
+  void url
+  const server: Command = await sandbox.runCommand({ cmd: 'npm', args: ['run', 'dev'], detached: true })
+  const result = server.result
+  if (result && 'durationMs' in result) void result.durationMs
+  const attached = new StrataSandbox(live, { workdir: '/work', ports: [{ hostIp: '127.0.0.1', hostPort: 4000, guestPort: 3000 }] })
+  const inner: LiveSandbox | null = attached.live
+  void inner
+  // @ts-expect-error: ports are numbers
+  await StrataSandbox.create({ live: true, ports: ['3000'] })
+  await sandbox.stop()
 }
 
 export async function aiSdkShape(): Promise<void> {

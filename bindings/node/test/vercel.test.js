@@ -9,11 +9,12 @@
 const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
+const os = require('node:os')
 const path = require('node:path')
 const { PassThrough } = require('node:stream')
 const ts = require('typescript')
 
-const { Sandbox, InvalidRequestError, CancelledError } = require('..')
+const { Sandbox, LiveSandbox, InvalidRequestError, CancelledError } = require('..')
 const vercel = require('../vercel.js')
 const { StrataSandbox, Command, CommandFinished, StrataSandboxSession } = vercel
 const { tempDir, marker, processesWith, rejection } = require('./helpers.js')
@@ -279,6 +280,136 @@ describe('StrataSandbox (the @vercel/sandbox Sandbox shape)', () => {
     await sandbox.writeFiles([{ path: 'x.txt', content: 'x' }])
     assert.equal(await (await sandbox.runCommand('cat', ['/work/x.txt'])).stdout(), 'x')
     assert.throws(() => new StrataSandbox({}), InvalidRequestError)
+  })
+})
+
+/** A StrataSandbox on a fresh live sandbox, stopped when the test ends. */
+async function liveSandbox(t, params = {}) {
+  const sandbox = await StrataSandbox.create({ live: true, ...params })
+  t.after(() => sandbox.stop())
+  return sandbox
+}
+
+async function until(what, done, ms = 20000) {
+  const deadline = Date.now() + ms
+  while (!(await done())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+describe('StrataSandbox on a live sandbox (create({ live: true }))', () => {
+  test('a detached server keeps running between commands and its published port reaches it', async (t) => {
+    const sandbox = await liveSandbox(t, { ports: [8000] })
+    assert.ok(sandbox.live instanceof LiveSandbox)
+    assert.equal(sandbox.sandboxId, sandbox.live.id)
+    assert.equal(sandbox.cwd, '/workspace')
+    await sandbox.writeFiles([{ path: 'site/index.html', content: 'served from the sandbox\n' }])
+    const server = await sandbox.runCommand({
+      cmd: 'python3',
+      args: ['-u', '-m', 'http.server', '8000', '--bind', '127.0.0.1'],
+      cwd: 'site',
+      detached: true,
+    })
+    assert.equal(server.exitCode, null)
+    const url = sandbox.domain(8000)
+    assert.match(url, /^http:\/\/127\.0\.0\.1:\d+$/)
+    // Its first line says it listens (before that, a connection to the port is reset).
+    for await (const line of server.logs()) if (line.data.includes('Serving HTTP')) break
+    const response = await fetch(`${url}/index.html`, { signal: AbortSignal.timeout(20000) })
+    assert.equal(await response.text(), 'served from the sandbox\n')
+    // Later commands run in the same sandbox, next to the server.
+    const listed = await sandbox.runCommand('sh', ['-c', 'ls site; kill -0 $(pgrep -f http.server) && echo alive'])
+    assert.equal(await listed.stdout(), 'index.html\nalive\n')
+    assert.throws(() => sandbox.domain(9000), /No route for port 9000: publish it/)
+    await server.kill('SIGKILL')
+    assert.equal(server.exitCode, 137)
+  })
+
+  test('kill() sends its signal to that command only: a trap runs and the sandbox goes on', async (t) => {
+    const sandbox = await liveSandbox(t)
+    const command = await sandbox.runCommand({
+      cmd: 'sh',
+      args: ['-c', 'trap "echo got TERM; exit 3" TERM; echo ready; while :; do sleep 0.05; done'],
+      detached: true,
+    })
+    for await (const line of command.logs()) if (line.data.includes('ready')) break
+    await command.kill('SIGTERM')
+    const finished = await command.wait()
+    assert.equal(finished.exitCode, 3)
+    assert.match(await finished.stdout(), /ready\ngot TERM\n/)
+    assert.equal(finished.result.exitCode, 3)
+    assert.equal(typeof finished.result.durationMs, 'number')
+    const after = await sandbox.runCommand('echo', ['still here'])
+    assert.equal(await after.stdout(), 'still here\n')
+  })
+
+  test('cwd, env and exit codes; signal cancels a command with a CancelledError', async (t) => {
+    const sandbox = await liveSandbox(t)
+    await sandbox.mkDir('a/b')
+    const result = await sandbox.runCommand({ cmd: 'sh', args: ['-c', 'pwd; echo $GREETING; exit 5'], cwd: 'a/b', env: { GREETING: 'hi' } })
+    assert.ok(result instanceof CommandFinished)
+    assert.equal(result.exitCode, 5)
+    assert.equal(await result.stdout(), '/workspace/a/b\nhi\n')
+    const controller = new AbortController()
+    const running = sandbox.runCommand({ cmd: 'sleep', args: ['1000'], signal: controller.signal })
+    setTimeout(() => controller.abort(), 200)
+    assert.ok((await rejection(running)) instanceof CancelledError)
+    await assert.rejects(sandbox.runCommand({ cmd: 'true', env: { 'BAD NAME': 'x' } }), InvalidRequestError)
+    await assert.rejects(sandbox.runCommand({ cmd: 'true', sudo: true }), InvalidRequestError)
+  })
+
+  test('files: written where commands see them, binary exact, null when missing, modes applied', async (t) => {
+    const sandbox = await liveSandbox(t)
+    const bytes = Buffer.from([0, 1, 2, 255, 254, 10])
+    await sandbox.writeFiles([
+      { path: 'bin.dat', content: bytes },
+      { path: 'tool.sh', content: '#!/bin/sh\necho tool ran\n', mode: 0o755 },
+    ])
+    assert.deepEqual(await sandbox.readFileToBuffer({ path: '/workspace/bin.dat' }), bytes)
+    assert.equal(await (await sandbox.runCommand('./tool.sh')).stdout(), 'tool ran\n')
+    await sandbox.runCommand('sh', ['-c', 'echo made by a command > made.txt'])
+    assert.equal((await sandbox.readFileToBuffer({ path: 'made.txt' })).toString(), 'made by a command\n')
+    assert.equal(await sandbox.readFileToBuffer({ path: 'missing.txt' }), null)
+    assert.equal(await sandbox.readFile({ path: 'missing.txt' }), null)
+  })
+
+  test('stop() ends every process of the sandbox (its commands end with 137) and removes its workdir', async () => {
+    const workdirs = () => fs.readdirSync(fs.realpathSync(os.tmpdir())).filter((name) => name.startsWith('strata-vercel-'))
+    const before = workdirs()
+    const sandbox = await StrataSandbox.create({ live: true })
+    assert.equal(workdirs().length, before.length + 1)
+    const tag = marker()
+    const running = await sandbox.runCommand({ cmd: 'sh', args: ['-c', 'setsid sleep 1000 & exec sleep 1000'], env: { TAG: tag }, detached: true })
+    await until('its processes run', () => processesWith(tag).length >= 2)
+    await sandbox.stop()
+    assert.equal((await running.wait()).exitCode, 137)
+    assert.equal(sandbox.status, 'stopped')
+    assert.deepEqual(processesWith(tag), [], 'nothing of the sandbox is left, not even what left with setsid')
+    assert.deepEqual(workdirs(), before, 'its private workdir is gone')
+    await sandbox.stop()
+  })
+
+  test('bad create parameters are refused before anything starts', async () => {
+    await assert.rejects(StrataSandbox.create({ ports: [8000] }), /need a live sandbox/)
+    await assert.rejects(StrataSandbox.create({ live: 'yes' }), InvalidRequestError)
+    await assert.rejects(StrataSandbox.create({ live: true, timeout: -1 }), InvalidRequestError)
+    await assert.rejects(StrataSandbox.create({ live: true, maxTransfer: 1 }), InvalidRequestError)
+    await assert.rejects(StrataSandbox.create({ live: true, ports: [70000] }), InvalidRequestError)
+    assert.throws(() => new StrataSandboxSession({ live: true }), InvalidRequestError)
+  })
+
+  test('bash-tool (the real package) runs its tools in the live sandbox', async (t) => {
+    const { createBashTool } = await import('bash-tool')
+    const sandbox = await liveSandbox(t)
+    const { tools } = await createBashTool({ sandbox, destination: sandbox.cwd, files: { 'data/n.txt': '4\n5\n' } })
+    const options = { toolCallId: 'c', messages: [], context: {} }
+    const summed = await tools.bash.execute({ command: "awk '{ s += $1 } END { print s }' data/n.txt" }, options)
+    assert.deepEqual(summed, { stdout: '9\n', stderr: '', exitCode: 0 })
+    // A background process started by one tool call is there for the next one.
+    await tools.bash.execute({ command: 'sleep 1000 & echo $! > bg.pid' }, options)
+    const alive = await tools.bash.execute({ command: 'kill -0 $(cat bg.pid) && echo alive' }, options)
+    assert.equal(alive.stdout, 'alive\n')
   })
 })
 
