@@ -42,7 +42,7 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, List, Literal, Optional, Set, Union, final
+from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Union, final
 
 from agents import FunctionTool, RunContextWrapper, function_tool
 from agents.sandbox.errors import (
@@ -67,8 +67,10 @@ from agents.sandbox.util.tar_utils import safe_extract_tarfile, should_skip_tar_
 
 import strata
 from strata._agent import as_caps, describe_caps, format_result, tool_for
+from strata._openai_live import StrataLiveSandboxSession
 
 __all__ = [
+    "StrataLiveSandboxSession",
     "StrataSandboxClient",
     "StrataSandboxClientOptions",
     "StrataSandboxSession",
@@ -173,13 +175,18 @@ def command_tool(
 
 @final
 class StrataSandboxClientOptions(BaseSandboxClientOptions):
-    """Options of :class:`StrataSandboxClient` (``SandboxRunConfig.options``). None yet:
-    what a session may touch is fixed by the client's caps, not by run-time options."""
+    """Options of :class:`StrataSandboxClient` (``SandboxRunConfig.options``): what a
+    session may touch is fixed by the client's caps, not by run-time options.
+    ``exposed_ports``: TCP ports inside a live session (the client's ``live=True``)
+    published on host loopback, for ``resolve_exposed_port``."""
 
     type: Literal["strata"] = "strata"
+    exposed_ports: Tuple[int, ...] = ()
 
-    def __init__(self, *, type: Literal["strata"] = "strata") -> None:
-        super().__init__(type=type)
+    def __init__(
+        self, exposed_ports: Tuple[int, ...] = (), *, type: Literal["strata"] = "strata"
+    ) -> None:
+        super().__init__(type=type, exposed_ports=tuple(exposed_ports))
 
 
 class StrataSandboxSessionState(SandboxSessionState):
@@ -189,6 +196,8 @@ class StrataSandboxSessionState(SandboxSessionState):
 
     type: Literal["strata"] = "strata"
     strata_session_id: Optional[str] = None
+    #: The session is one live sandbox (the client's ``live=True``), not a Strata session.
+    live: bool = False
 
 
 def _guest_str(path: Union[Path, PurePosixPath, str]) -> str:
@@ -475,6 +484,12 @@ class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]
     removed); ``resume`` reattaches to the Strata session named in the state while this
     client has it open, and otherwise opens a new one and restores the state's snapshot.
     :meth:`close` closes every session the client still has open.
+
+    ``live=True``: every SDK session is one Strata live sandbox
+    (:class:`StrataLiveSandboxSession`) started on ``sandbox`` with the caps and a private
+    host directory (0700) mounted read-write at ``Manifest.root``: processes outlive a
+    command, PTY sessions work, and the options' ``exposed_ports`` are published on host
+    loopback. ``delete`` stops it (every process in it ends) and removes the directory.
     """
 
     backend_id = "strata"
@@ -486,9 +501,16 @@ class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]
         caps: Union[strata.Caps, Dict[str, Any], None] = None,
         *,
         max_transfer: Union[int, str, None] = None,
+        live: bool = False,
         instrumentation: Optional[Instrumentation] = None,
         dependencies: Optional[Dependencies] = None,
     ) -> None:
+        if not isinstance(live, bool):
+            raise TypeError("live must be True or False")
+        if live and max_transfer is not None:
+            raise ValueError("max_transfer bounds a session's copies; a live client has none")
+        self._live = live
+        self._lives: Dict[str, "tuple[strata.LiveSandbox, str]"] = {}
         self._sandbox = sandbox if sandbox is not None else strata.Sandbox()
         self._caps = as_caps(caps)
         self._max_transfer = max_transfer
@@ -506,6 +528,44 @@ class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]
         with self._lock:
             self._sessions[str(session.id)] = session
         return session
+
+    def _start_live(self, root: str, ports: Tuple[int, ...]) -> "strata.LiveSandbox":
+        """A live sandbox with the client's caps and a private directory at ``root``."""
+        workdir = tempfile.mkdtemp(prefix="strata-agents-")
+        try:
+            caps = self._caps.to_dict()
+            caps["mounts"] = [
+                *(caps.get("mounts") or []),
+                {"host": str(Path(workdir).resolve()), "guest": root, "access": "rw"},
+            ]
+            caps["workdir"] = root
+            live = self._sandbox.start(strata.Caps(caps), publish=list(ports))
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        with self._lock:
+            self._lives[live.id] = (live, workdir)
+        return live
+
+    def _find_live(self, sandbox_id: Optional[str]) -> Optional["strata.LiveSandbox"]:
+        if sandbox_id is None:
+            return None
+        with self._lock:
+            found = self._lives.get(sandbox_id)
+        if found is None or found[0].stopped:
+            return None
+        return found[0]
+
+    def _stop_live(self, sandbox_id: Optional[str]) -> None:
+        with self._lock:
+            found = self._lives.pop(sandbox_id, None) if sandbox_id is not None else None
+        if found is None:
+            return
+        live, workdir = found
+        try:
+            live.stop()
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
 
     def _find(self, session_id: Optional[str]) -> Optional["strata.AsyncSession"]:
         if session_id is None:
@@ -526,17 +586,33 @@ class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]
         manifest = manifest if manifest is not None else Manifest()
         _check_manifest(manifest)
         self._validate_manifest_for_create(manifest)
+        ports = tuple(options.exposed_ports) if options is not None else ()
+        if ports and not self._live:
+            raise ValueError(
+                "exposed_ports need a live client (StrataSandboxClient(..., live=True)): a "
+                "Strata session runs each command in a sandbox of its own"
+            )
         session_id = uuid.uuid4()
         state = StrataSandboxSessionState(
             session_id=session_id,
             manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
+            exposed_ports=ports,
+            live=self._live,
         )
-        inner = StrataSandboxSession(state=state, client=self)
-        return self._wrap_session(inner, instrumentation=self._instrumentation)
+        return self._wrap_session(self._inner(state), instrumentation=self._instrumentation)
+
+    def _inner(self, state: StrataSandboxSessionState) -> BaseSandboxSession:
+        if state.live:
+            return StrataLiveSandboxSession(state=state, client=self)
+        return StrataSandboxSession(state=state, client=self)
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
         inner = session._inner
+        if isinstance(inner, StrataLiveSandboxSession):
+            await inner.pty_terminate_all()
+            await asyncio.to_thread(self._stop_live, inner.state.strata_session_id)
+            return session
         if not isinstance(inner, StrataSandboxSession):
             raise TypeError("StrataSandboxClient.delete expects a StrataSandboxSession")
         live = inner.strata_session
@@ -553,17 +629,27 @@ class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]
             raise TypeError("StrataSandboxClient.resume expects a StrataSandboxSessionState")
         state.assert_path_grants_rebound()
         _check_manifest(state.manifest)
-        inner = StrataSandboxSession(state=state, client=self)
-        return self._wrap_session(inner, instrumentation=self._instrumentation)
+        if state.live != self._live:
+            raise ValueError(
+                "this session state is of a "
+                + ("live" if state.live else "session-backed")
+                + " client: resume it with StrataSandboxClient(..., live="
+                + str(state.live)
+                + ")"
+            )
+        return self._wrap_session(self._inner(state), instrumentation=self._instrumentation)
 
     def deserialize_session_state(self, payload: Dict[str, object]) -> SandboxSessionState:
         return self._deserialize_session_state_payload(payload, StrataSandboxSessionState)
 
     async def close(self) -> None:
         """Closes every Strata session this client still has open (their files are
-        removed)."""
+        removed) and stops its live sandboxes."""
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
+            lives = list(self._lives)
         for session in sessions:
             await session.close()
+        for sandbox_id in lives:
+            await asyncio.to_thread(self._stop_live, sandbox_id)
