@@ -387,3 +387,82 @@ async def test_deep_agent_async_on_async_session(sb: strata.Sandbox) -> None:
         out = await agent.ainvoke({"messages": [{"role": "user", "content": "compute 6*7"}]})
         assert _tool_outputs(out["messages"])[1].startswith("42\n")
         assert await session.read_file("answer.txt") == b"42\n"
+
+
+# -- a live sandbox behind the backend ---------------------------------------------------
+
+
+def test_on_a_live_sandbox_a_background_process_outlives_its_command(
+    sb: strata.Sandbox, marker: str
+) -> None:
+    from conftest import processes_with
+
+    live = sb.start(strata.Caps(timeout=30))
+    backend = StrataBackend(live, close_session=True)
+    try:
+        assert backend.workdir == "/tmp" and backend.id == live.id
+        started = backend.execute(f"setsid sleep 1000 {marker} > /dev/null 2>&1 & echo started")
+        assert (started.output, started.exit_code) == ("started\n", 0)
+        again = backend.execute(f"pgrep -f {marker} > /dev/null && echo still running")
+        assert (again.output, again.exit_code) == ("still running\n", 0)
+        failed = backend.execute("echo out; echo err >&2; exit 3")
+        assert (failed.output, failed.exit_code) == ("out\nerr\n", 3)
+        slow = backend.execute("sleep 30", timeout=1)
+        assert slow.exit_code == TIMEOUT_EXIT_CODE and "timed out after 1 seconds" in slow.output
+    finally:
+        backend.close()
+    assert live.stopped
+    assert processes_with(marker) == [], "close_session stops the sandbox and all it runs"
+
+
+def test_on_a_live_sandbox_file_copies_and_error_codes(sb: strata.Sandbox) -> None:
+    with sb.start(strata.Caps(timeout=30)) as live:
+        backend = StrataBackend(live)
+        up = backend.upload_files([("/tmp/d/e/x.bin", bytes(range(256))), ("rel.txt", b"x")])
+        assert [r.error for r in up] == [None, "invalid_path"]
+        assert backend.execute("wc -c < d/e/x.bin").output.strip() == "256"
+        down = backend.download_files(["/tmp/d/e/x.bin", "/tmp/missing", "/tmp/d", "/etc/passwd"])
+        assert down[0].content == bytes(range(256))
+        assert [r.error for r in down] == [None, "file_not_found", "is_directory", "permission_denied"]
+        backend.execute("echo made by a command > made.txt")
+        assert backend.download_files(["/tmp/made.txt"])[0].content == b"made by a command\n"
+        assert "made.txt" in backend.execute("ls").output
+        with pytest.raises(ValueError, match="absolute"):
+            StrataBackend(live, workdir="relative")
+    with sb.session() as session, pytest.raises(ValueError, match="workdir"):
+        StrataBackend(session, workdir="/tmp")
+
+
+def test_deep_agent_runs_tools_in_a_live_sandbox(sb: strata.Sandbox) -> None:
+    with sb.start(strata.Caps(timeout=30)) as live:
+        backend = StrataBackend(live)
+        script = iter(
+            [
+                AIMessage(
+                    content="",
+                    tool_calls=[
+                        {
+                            "name": "execute",
+                            "args": {"command": "sleep 1000 & echo $! > bg.pid"},
+                            "id": "call-bg",
+                        }
+                    ],
+                ),
+                AIMessage(
+                    content="",
+                    tool_calls=[
+                        {
+                            "name": "execute",
+                            "args": {"command": "kill -0 $(cat bg.pid) && echo alive"},
+                            "id": "call-check",
+                        }
+                    ],
+                ),
+                AIMessage(content="done"),
+            ]
+        )
+        agent = create_deep_agent(model=_ScriptedChatModel(messages=script), backend=backend)
+        out = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
+        outputs = _tool_outputs(out["messages"])
+        assert outputs[1].startswith("alive\n"), outputs
+        assert out["messages"][-1].content == "done"

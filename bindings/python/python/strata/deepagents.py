@@ -27,6 +27,13 @@ session's workdir: a relative path is ``invalid_path``, a path outside the workd
 out anything else). Deep Agents' own scratch paths (e.g. ``/large_tool_results/``) are
 outside it: route them to another backend with ``CompositeBackend`` if the agent needs them.
 
+:class:`StrataBackend` also takes a :class:`strata.LiveSandbox` (``Sandbox.start``, or
+``AsyncLiveSandbox``): then every ``execute`` runs in that one sandbox, so a server or a
+watcher started in the background (``cmd &``) is still running for the next command, and
+files persist anywhere the sandbox can write. Its ``workdir`` is the directory files are
+copied in and out of (default ``/tmp``, the live sandbox's own; pass the guest path of a
+read-write mount to keep the files on the host). ``close_session=True`` stops it.
+
 Deep Agents Code discovers sandbox providers through the ``deepagents_code.sandbox_providers``
 entry-point group (or ``[sandboxes.providers.NAME] class_path = "..."`` in its config);
 :class:`StrataSandboxProvider` is such a provider.
@@ -94,6 +101,54 @@ def _file_error(error: BaseException) -> str:
     return text
 
 
+class _LiveResult:
+    """A live exec's result with the fields ``_response`` reads of a RunResult."""
+
+    def __init__(self, exit: Mapping[str, Any]) -> None:
+        self.stdout = bytes(exit.get("stdout") or b"").decode("utf-8", errors="replace")
+        self.stderr = bytes(exit.get("stderr") or b"").decode("utf-8", errors="replace")
+        self.exit_code = exit.get("exit_code")
+        self.signal = exit.get("signal")
+        self.timed_out = bool(exit.get("timed_out"))
+        # A live sandbox keeps the newest output in its ring and never kills for more.
+        self.stdout_truncated = False
+        self.stderr_truncated = False
+        self.limit = None
+
+
+class _LiveSession:
+    """A :class:`strata.LiveSandbox` in the shape of the session calls StrataBackend makes
+    (run, write_file, read_file, list_files, close)."""
+
+    def __init__(self, live: "strata.LiveSandbox", workdir: str) -> None:
+        self.live = live
+        self.workdir = workdir
+
+    @property
+    def id(self) -> str:
+        return self.live.id
+
+    def run(self, argv: List[str], *, timeout: Optional[float] = None) -> _LiveResult:
+        return _LiveResult(
+            self.live.exec(argv, workdir=self.workdir, timeout=timeout if timeout else None)
+        )
+
+    def write_file(self, path: str, data: bytes) -> None:
+        parent = posixpath.dirname(path)
+        if parent and parent != "/":
+            self.live.mkdir(parent, parents=True)
+        self.live.write_file(path, data)
+
+    def read_file(self, path: str) -> bytes:
+        return self.live.read_file(path)
+
+    def list_files(self, path: str) -> List[Mapping[str, Any]]:
+        return [dict(entry) for entry in self.live.list_dir(path)]
+
+    def close(self) -> None:
+        self.live.stop()
+
+
 def _combined_output(result: "strata.RunResult") -> str:
     """stdout, then stderr (on a new line), as the protocol's single ``output``."""
     out = result.stdout
@@ -126,19 +181,30 @@ class StrataBackend(BaseSandbox):
 
     def __init__(
         self,
-        session: SessionLike,
+        session: Union[SessionLike, "strata.LiveSandbox", "strata.AsyncLiveSandbox"],
         *,
         timeout: Optional[float] = None,
         close_session: bool = False,
+        workdir: Optional[str] = None,
     ) -> None:
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
-        self._session = session
-        self._is_async = isinstance(session, strata.AsyncSession)
+        if isinstance(session, strata.AsyncLiveSandbox):
+            session = session.live
+        if isinstance(session, strata.LiveSandbox):
+            guest = "/tmp" if workdir is None else workdir
+            if not isinstance(guest, str) or not guest.startswith("/") or "\0" in guest:
+                raise ValueError(f"workdir must be an absolute guest path, got {guest!r}")
+            self._session: Any = _LiveSession(session, posixpath.normpath(guest))
+        elif workdir is not None:
+            raise ValueError("workdir is the live sandbox's; a session has its own")
+        else:
+            self._session = session
+        self._is_async = isinstance(self._session, strata.AsyncSession)
         self._timeout = timeout
         self._close_session = close_session
-        workdir = str(session.workdir)
-        self._workdir = workdir.rstrip("/") or "/"
+        workdir_text = str(self._session.workdir)
+        self._workdir = workdir_text.rstrip("/") or "/"
 
     # -- identity and lifecycle -------------------------------------------------------
 
@@ -148,8 +214,9 @@ class StrataBackend(BaseSandbox):
         return str(self._session.id)
 
     @property
-    def session(self) -> SessionLike:
-        """The Strata session this backend runs in."""
+    def session(self) -> Any:
+        """The Strata session this backend runs in (for a live sandbox, a small adapter
+        whose ``live`` is the :class:`strata.LiveSandbox`)."""
         return self._session
 
     @property
