@@ -634,10 +634,17 @@ class StrataSandbox {
       },
     )
     void state.done.then(link.unlink)
+    return this.#track(state, params.detached)
+  }
+
+  /**
+   * Keeps `state` findable (getCommand) while it runs; resolves at once with the running
+   * Command when `detached`, else with the CommandFinished once it ended.
+   */
+  async #track(state, detached) {
     this.#commands.set(state.cmdId, state)
     void state.done.then(() => this.#commands.delete(state.cmdId))
-
-    if (params.detached) return new Command(state)
+    if (detached) return new Command(state)
     await state.done
     if (state.ended.error) throw state.ended.error
     return new CommandFinished(state)
@@ -692,12 +699,7 @@ class StrataSandbox {
       (error) => state.end(cancelled ? { error: cancelled } : state.killSignal !== null ? { killedWith: state.killSignal } : { error }),
     )
     void state.done.then(() => params.signal?.removeEventListener('abort', onAbort))
-    this.#commands.set(state.cmdId, state)
-    void state.done.then(() => this.#commands.delete(state.cmdId))
-    if (params.detached) return new Command(state)
-    await state.done
-    if (state.ended.error) throw state.ended.error
-    return new CommandFinished(state)
+    return this.#track(state, params.detached)
   }
 
   /** A running detached command of this sandbox by its `cmdId`. */

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import shutil
-import tempfile
 import threading
 import time
 from collections import deque
@@ -21,9 +19,6 @@ from agents.sandbox.errors import (
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
 )
-from agents.sandbox.manifest import Manifest
-from agents.sandbox.materialization import MaterializationResult
-from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.pty_output import collect_pty_output
 from agents.sandbox.session.pty_types import (
     PTY_PROCESSES_MAX,
@@ -38,6 +33,7 @@ from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 
 import strata
+from strata._openai_common import StrataSessionBase
 
 if TYPE_CHECKING:
     from strata.openai_agents import StrataSandboxClient, StrataSandboxSessionState
@@ -97,7 +93,7 @@ def _exit_code(exit: Any) -> int:
     return 128 + int(signal) if signal is not None else 1
 
 
-class StrataLiveSandboxSession(BaseSandboxSession):
+class StrataLiveSandboxSession(StrataSessionBase):
     """An SDK sandbox session that is one Strata live sandbox for its whole life.
 
     Every ``exec`` runs in the same sandbox (``shell=True`` runs ``sh -c``; the working
@@ -158,40 +154,14 @@ class StrataLiveSandboxSession(BaseSandboxSession):
         self.state.workspace_root_ready = False
         self._set_start_state_preserved(False)
 
-    async def _validate_manifest_application(
-        self,
-        *,
-        only_ephemeral: bool = False,
-        manifest: Optional[Manifest] = None,
-        session_running: Optional[bool] = None,
-    ) -> None:
-        from strata.openai_agents import _check_manifest
-
-        await super()._validate_manifest_application(
-            only_ephemeral=only_ephemeral, manifest=manifest, session_running=session_running
-        )
-        _check_manifest(manifest or self.state.manifest)
-
-    async def _apply_manifest(
-        self,
-        *,
-        only_ephemeral: bool = False,
-        provision_accounts: bool = True,
-    ) -> MaterializationResult:
-        from strata.openai_agents import _check_manifest
-
-        _check_manifest(self.state.manifest)
-        return await super()._apply_manifest(
-            only_ephemeral=only_ephemeral, provision_accounts=provision_accounts
-        )
-
-    async def provision_manifest_accounts(self) -> None:
-        from strata.openai_agents import _check_manifest
-
-        _check_manifest(self.state.manifest)
-
     async def running(self) -> bool:
         return self._sandbox is not None and not self._sandbox.stopped
+
+    async def _download_workspace(self, host_dir: str) -> None:
+        await asyncio.to_thread(self._live().download, self.state.manifest.root, host_dir)
+
+    async def _upload_workspace(self, host_dir: str) -> None:
+        await asyncio.to_thread(self._live().upload, host_dir, self.state.manifest.root)
 
     def supports_pty(self) -> bool:
         return True
@@ -408,45 +378,6 @@ class StrataLiveSandboxSession(BaseSandboxSession):
             await asyncio.to_thread(self._live().write_file, target.as_posix(), bytes(content))
         except strata.SandboxError as e:
             raise WorkspaceArchiveWriteError(path=target, context={"reason": str(e)}, cause=e) from e
-
-    async def persist_workspace(self) -> io.IOBase:
-        from strata.openai_agents import _tar_directory
-
-        live = self._live()
-        root = Path(self.state.manifest.root)
-        skip = self._persist_workspace_skip_relpaths()
-        scratch = Path(tempfile.mkdtemp(prefix="strata-persist-"))
-        try:
-            copy = scratch / "workspace"
-            try:
-                await asyncio.to_thread(live.download, root.as_posix(), str(copy))
-            except strata.SandboxError as e:
-                raise WorkspaceArchiveReadError(path=root, context={"reason": str(e)}, cause=e) from e
-            return await asyncio.to_thread(_tar_directory, copy, skip)
-        finally:
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
-
-    async def hydrate_workspace(self, data: io.IOBase) -> None:
-        import tarfile
-
-        from strata.openai_agents import _extract_tar
-
-        live = self._live()
-        root = Path(self.state.manifest.root)
-        scratch = Path(tempfile.mkdtemp(prefix="strata-hydrate-"))
-        try:
-            tree = scratch / "workspace"
-            try:
-                await asyncio.to_thread(_extract_tar, data, tree)
-            except (tarfile.TarError, OSError, ValueError) as e:
-                raise WorkspaceArchiveWriteError(path=root, context={"reason": str(e)}, cause=e) from e
-            try:
-                await asyncio.to_thread(live.upload, str(tree), root.as_posix())
-            except strata.SandboxError as e:
-                raise WorkspaceArchiveWriteError(path=root, context={"reason": str(e)}, cause=e) from e
-        finally:
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
-
 
 def _kill_quietly(live: strata.LiveSandbox, pid: int) -> None:
     try:

@@ -37,12 +37,11 @@ from __future__ import annotations
 import asyncio
 import io
 import shutil
-import tarfile
 import tempfile
 import threading
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Union, final
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union, final
 
 from agents import FunctionTool, RunContextWrapper, function_tool
 from agents.sandbox.errors import (
@@ -53,7 +52,6 @@ from agents.sandbox.errors import (
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.manifest import Manifest
-from agents.sandbox.materialization import MaterializationResult
 from agents.sandbox.session import SandboxSession, SandboxSessionState
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.dependencies import Dependencies
@@ -63,10 +61,10 @@ from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandbox
 from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, User
-from agents.sandbox.util.tar_utils import safe_extract_tarfile, should_skip_tar_member
 
 import strata
 from strata._agent import as_caps, describe_caps, format_result, tool_for
+from strata._openai_common import StrataSessionBase, check_manifest
 from strata._openai_live import StrataLiveSandboxSession
 
 __all__ = [
@@ -204,7 +202,7 @@ def _guest_str(path: Union[Path, PurePosixPath, str]) -> str:
     return PurePosixPath(str(path)).as_posix()
 
 
-class StrataSandboxSession(BaseSandboxSession):
+class StrataSandboxSession(StrataSessionBase):
     """An SDK sandbox session whose workspace is a Strata session.
 
     Every ``exec`` is one sandbox run of the Strata session (``shell=True`` runs
@@ -259,34 +257,14 @@ class StrataSandboxSession(BaseSandboxSession):
         self.state.workspace_root_ready = False
         self._set_start_state_preserved(False)
 
-    async def _validate_manifest_application(
-        self,
-        *,
-        only_ephemeral: bool = False,
-        manifest: Optional[Manifest] = None,
-        session_running: Optional[bool] = None,
-    ) -> None:
-        await super()._validate_manifest_application(
-            only_ephemeral=only_ephemeral, manifest=manifest, session_running=session_running
-        )
-        _check_manifest(manifest or self.state.manifest)
-
-    async def _apply_manifest(
-        self,
-        *,
-        only_ephemeral: bool = False,
-        provision_accounts: bool = True,
-    ) -> MaterializationResult:
-        _check_manifest(self.state.manifest)
-        return await super()._apply_manifest(
-            only_ephemeral=only_ephemeral, provision_accounts=provision_accounts
-        )
-
-    async def provision_manifest_accounts(self) -> None:
-        _check_manifest(self.state.manifest)
-
     async def running(self) -> bool:
         return self._strata is not None and not self._strata.closed
+
+    async def _download_workspace(self, host_dir: str) -> None:
+        await self._live().download(".", host_dir)
+
+    async def _upload_workspace(self, host_dir: str) -> None:
+        await self._live().upload(host_dir, ".")
 
     # -- exec -------------------------------------------------------------------------
 
@@ -392,83 +370,6 @@ class StrataSandboxSession(BaseSandboxSession):
             raise WorkspaceArchiveWriteError(
                 path=target, context={"reason": str(e)}, cause=e
             ) from e
-
-    async def persist_workspace(self) -> io.IOBase:
-        session = self._live()
-        root = Path(self.state.manifest.root)
-        skip = self._persist_workspace_skip_relpaths()
-        scratch = Path(tempfile.mkdtemp(prefix="strata-persist-"))
-        try:
-            copy = scratch / "workspace"
-            try:
-                await session.download(".", str(copy))
-            except strata.SandboxError as e:
-                raise WorkspaceArchiveReadError(
-                    path=root, context={"reason": str(e)}, cause=e
-                ) from e
-            return await asyncio.to_thread(_tar_directory, copy, skip)
-        finally:
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
-
-    async def hydrate_workspace(self, data: io.IOBase) -> None:
-        session = self._live()
-        root = Path(self.state.manifest.root)
-        scratch = Path(tempfile.mkdtemp(prefix="strata-hydrate-"))
-        try:
-            tree = scratch / "workspace"
-            try:
-                await asyncio.to_thread(_extract_tar, data, tree)
-            except (tarfile.TarError, OSError, ValueError) as e:
-                raise WorkspaceArchiveWriteError(
-                    path=root, context={"reason": str(e)}, cause=e
-                ) from e
-            try:
-                await session.upload(str(tree), ".")
-            except strata.SandboxError as e:
-                raise WorkspaceArchiveWriteError(
-                    path=root, context={"reason": str(e)}, cause=e
-                ) from e
-        finally:
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
-
-
-def _check_manifest(manifest: Manifest) -> None:
-    """Refuses what a Strata session cannot honour."""
-    if manifest.users or manifest.groups:
-        raise ValueError(
-            "StrataSandboxClient does not support manifest users or groups: every call runs "
-            "as the sandbox's one user"
-        )
-    for grant in manifest.extra_path_grants:
-        if grant.host_path is not None:
-            raise ValueError(
-                "StrataSandboxClient does not support the path grant host_path for "
-                f"{grant.path!r}: "
-                "give the client's caps a mount (read_only=[(host_path, path)]) instead"
-            )
-
-
-def _tar_directory(directory: Path, skip: Set[Path]) -> io.IOBase:
-    """An uncompressed tar of ``directory`` with workspace-relative member names."""
-    buffer = io.BytesIO()
-
-    def keep(member: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
-        if should_skip_tar_member(member.name, skip_rel_paths=skip, root_name=None):
-            return None
-        member.uid = member.gid = 0
-        member.uname = member.gname = ""
-        return member
-
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(str(directory), arcname=".", filter=keep)
-    buffer.seek(0)
-    return buffer
-
-
-def _extract_tar(data: io.IOBase, tree: Path) -> None:
-    with tarfile.open(fileobj=data, mode="r:*") as tar:
-        safe_extract_tarfile(tar, root=tree, allow_external_symlink_targets=False)
-
 
 class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]]):
     """Creates SDK sandbox sessions that are Strata sessions.
@@ -584,7 +485,7 @@ class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]
         options: Optional[StrataSandboxClientOptions] = None,
     ) -> SandboxSession:
         manifest = manifest if manifest is not None else Manifest()
-        _check_manifest(manifest)
+        check_manifest(manifest)
         self._validate_manifest_for_create(manifest)
         ports = tuple(options.exposed_ports) if options is not None else ()
         if ports and not self._live:
@@ -628,7 +529,7 @@ class StrataSandboxClient(BaseSandboxClient[Optional[StrataSandboxClientOptions]
         if not isinstance(state, StrataSandboxSessionState):
             raise TypeError("StrataSandboxClient.resume expects a StrataSandboxSessionState")
         state.assert_path_grants_rebound()
-        _check_manifest(state.manifest)
+        check_manifest(state.manifest)
         if state.live != self._live:
             raise ValueError(
                 "this session state is of a "
