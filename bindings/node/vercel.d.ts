@@ -259,6 +259,8 @@ export interface StrataSandboxSessionOptions {
   timeoutMs?: number
   /** The shell of command lines. Default `'bash'`. */
   shell?: string
+  /** A live sandbox only: the working directory and base of relative paths. Default: the StrataSandbox's, else `/tmp`. */
+  workdir?: string
 }
 
 /**
@@ -266,18 +268,24 @@ export interface StrataSandboxSessionOptions {
  * `generateText({ ..., experimental_sandbox })`.
  */
 export declare class StrataSandboxSession {
-  /** Wraps a session, or the session of a StrataSandbox. */
-  constructor(session: SessionLike | StrataSandbox, options?: StrataSandboxSessionOptions)
-  /** The session (`undefined` when it wraps a live sandbox). */
+  /**
+   * Wraps a session, a StrataSandbox (of a session or a live sandbox), or a LiveSandbox.
+   * On a live sandbox every command runs in that one sandbox (background processes keep
+   * running between commands) and `spawn({ stdin: true })` gives a `stdin` stream.
+   */
+  constructor(session: SessionLike | StrataSandbox | LiveSandbox, options?: StrataSandboxSessionOptions)
+  /** The session (for a live sandbox, an adapter of it whose `live` is the LiveSandbox). */
   readonly session: SessionLike
-  /** The live sandbox it wraps, else `null`. */
-  readonly live: LiveSandbox | null
   /** What the model should know of the environment (workdir, persistence, network, timeout). */
   readonly description: string
   /** Runs a command line to its end; `abortSignal` kills it (the promise rejects with a `CancelledError`). */
   run(options: SandboxProcessOptions): Promise<{ exitCode: number; stdout: string; stderr: string }>
-  /** Refused before anything starts: a Strata call's standard input comes from its caps. */
-  spawn(options: SandboxProcessOptions & { stdin: true }): Promise<never>
+  /**
+   * With `stdin: true`: on a live sandbox, a process with a `stdin` stream (closing it
+   * delivers EOF); on a session, refused before anything starts (a Strata call's standard
+   * input comes from its caps).
+   */
+  spawn(options: SandboxProcessOptions & { stdin: true }): Promise<SandboxProcess & { readonly stdin: WritableStream<Uint8Array> }>
   /** Starts a command line: its output streams while it runs. */
   spawn(options: SandboxProcessOptions & { stdin?: false }): Promise<SandboxProcess>
   spawn(options: SandboxProcessOptions & { stdin?: boolean }): Promise<SandboxProcess>

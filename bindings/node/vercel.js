@@ -42,9 +42,6 @@ function checkKeys(object, allowed, what) {
 
 /** The Strata session behind a StrataSandbox, a StrataSandboxSession or a session itself. */
 function sessionOf(value) {
-  if (value instanceof StrataSandbox && value.live) {
-    throw new InvalidRequestError('a StrataSandboxSession wraps a Strata session; this StrataSandbox wraps a live sandbox')
-  }
   const session = value instanceof StrataSandbox || value instanceof StrataSandboxSession ? value.session : value
   if (!session || typeof session.run !== 'function' || typeof session.readFile !== 'function') {
     throw new InvalidRequestError('expected a Strata session (sandbox.session(...)), a StrataSandbox or a StrataSandboxSession')
@@ -840,17 +837,69 @@ if (Symbol.asyncDispose) {
 // ---------------------------------------------------------------------------------------
 // The AI SDK's Experimental_SandboxSession
 
-const SESSION_OPTIONS = new Set(['description', 'caps', 'timeoutMs', 'shell'])
+const SESSION_OPTIONS = new Set(['description', 'caps', 'timeoutMs', 'shell', 'workdir'])
+
+/**
+ * A live sandbox with the calls StrataSandboxSession makes of a session (`run`, the file
+ * methods, `workdir`, `id`), so one implementation serves both. `run` is a process of the
+ * sandbox, its output followed until it exits; aborting kills it (the call rejects with a
+ * CancelledError).
+ */
+function liveBacking(live, workdir) {
+  return {
+    live,
+    workdir,
+    get id() {
+      return live.id
+    },
+    get closed() {
+      return live.stopped
+    },
+    async run(argv, { signal, onStdout, onStderr, timeoutMs } = {}) {
+      signal?.throwIfAborted()
+      const options = { workdir }
+      if (timeoutMs) options.timeout = timeoutMs / 1000
+      const pid = await live.spawn(argv, options)
+      const onAbort = () => live.kill(pid, SIGNALS.SIGKILL).catch(() => {})
+      if (signal?.aborted) onAbort()
+      else signal?.addEventListener('abort', onAbort, { once: true })
+      try {
+        const out = { stdout: [], stderr: [] }
+        for await (const chunk of live.output(pid)) {
+          out[chunk.stream].push(chunk.data)
+          ;(chunk.stream === 'stdout' ? onStdout : onStderr)?.(chunk.data)
+        }
+        const exit = await live.wait(pid)
+        if (signal?.aborted) {
+          throw new CancelledError('the command was cancelled by its AbortSignal; it was killed', { cause: signal.reason })
+        }
+        const text = (chunks) => Buffer.concat(chunks).toString('utf8')
+        return { ...exit, stdout: text(out.stdout), stderr: text(out.stderr) }
+      } finally {
+        signal?.removeEventListener('abort', onAbort)
+      }
+    },
+    readFile: (path) => live.readFile(path),
+    writeFile: (path, data) => live.writeFile(path, data),
+    listFiles: async (dir) => (await live.listDir(dir ?? workdir)).map((entry) => ({ ...entry, path: guestPath.join(dir ?? workdir, entry.name) })),
+    remove: (path) => live.remove(path),
+  }
+}
 const PROCESS_KEYS = new Set(['command', 'workingDirectory', 'env', 'abortSignal'])
 const PATH_KEYS = new Set(['path', 'abortSignal'])
 
 function describe(session, caps, shell) {
   const c = caps ?? null
-  const parts = [
-    `Strata sandbox session ${session.id}.`,
-    `Commands run with ${shell} in ${session.workdir}, the base of relative paths; files there persist between commands for the life of the session.`,
-    'Each command runs in a fresh sandbox: no process outlives its command, and /tmp is private to it.',
-  ]
+  const parts = session.live
+    ? [
+        `Strata live sandbox ${session.id}.`,
+        `Commands run with ${shell} in ${session.workdir}, the base of relative paths, all in the same sandbox: files persist and processes started in the background keep running between commands.`,
+      ]
+    : [
+        `Strata sandbox session ${session.id}.`,
+        `Commands run with ${shell} in ${session.workdir}, the base of relative paths; files there persist between commands for the life of the session.`,
+        'Each command runs in a fresh sandbox: no process outlives its command, and /tmp is private to it.',
+      ]
   if (c) {
     parts.push(c.net === undefined || c.net === null || c.net === 'none' ? 'No network access.' : 'Network access is restricted.')
     if (typeof c.timeoutMs === 'number') parts.push(`Commands are stopped after ${c.timeoutMs / 1000} s.`)
@@ -933,7 +982,17 @@ class StrataSandboxSession {
    */
   constructor(session, options) {
     const opts = checkKeys(options, SESSION_OPTIONS, 'StrataSandboxSession option')
-    this.#session = sessionOf(session)
+    if (session instanceof strata.LiveSandbox || (session instanceof StrataSandbox && session.live)) {
+      const live = session instanceof StrataSandbox ? session.live : session
+      const workdir = opts.workdir ?? (session instanceof StrataSandbox ? session.cwd : '/tmp')
+      if (typeof workdir !== 'string' || !workdir.startsWith('/')) {
+        throw new InvalidRequestError('workdir must be an absolute path inside the sandbox')
+      }
+      this.#session = liveBacking(live, workdir)
+    } else {
+      if (opts.workdir !== undefined) throw new InvalidRequestError('workdir is an option for a live sandbox; a session has its own')
+      this.#session = sessionOf(session)
+    }
     this.#caps = opts.caps ?? (session instanceof StrataSandbox ? session.caps : null)
     this.#description = opts.description
     this.#timeoutMs = opts.timeoutMs
@@ -941,7 +1000,7 @@ class StrataSandboxSession {
     if (typeof this.#shell !== 'string' || this.#shell === '') throw new InvalidRequestError('shell must be a program name')
   }
 
-  /** The Strata session. */
+  /** The Strata session (for a live sandbox, an adapter whose `live` is the LiveSandbox). */
   get session() {
     return this.#session
   }
@@ -978,6 +1037,7 @@ class StrataSandboxSession {
    */
   async spawn(options) {
     const { stdin, ...rest } = options ?? {}
+    if (this.#session.live) return this.#spawnLive(rest, Boolean(stdin))
     if (stdin) {
       throw new InvalidRequestError('spawn({ stdin: true }) is not supported: a Strata call takes its standard input from its caps')
     }
@@ -1025,6 +1085,70 @@ class StrataSandboxSession {
         await settled
       },
     }
+  }
+
+  /**
+   * spawn on a live sandbox: a process of the sandbox; with `stdin: true` a `stdin`
+   * WritableStream (closing it delivers EOF). kill() sends SIGKILL to its process group
+   * (wait() then gives 137); `abortSignal` kills it and wait() rejects with its reason.
+   */
+  async #spawnLive(rest, withStdin) {
+    const live = this.#session.live
+    const argv = this.#call(rest, 'spawn option')
+    const abortSignal = rest.abortSignal
+    abortSignal?.throwIfAborted()
+    const options = { workdir: this.#session.workdir, stdin: withStdin }
+    if (this.#timeoutMs) options.timeout = this.#timeoutMs / 1000
+    const pid = await live.spawn(argv, options)
+    const kill = () => live.kill(pid, SIGNALS.SIGKILL).catch(() => {})
+    if (abortSignal?.aborted) kill()
+    else abortSignal?.addEventListener('abort', kill, { once: true })
+    const stdout = byteStream()
+    const stderr = byteStream()
+    const ended = (async () => {
+      for await (const chunk of live.output(pid)) (chunk.stream === 'stdout' ? stdout : stderr).push(chunk.data)
+      return live.wait(pid)
+    })().then(
+      (exit) => {
+        if (abortSignal?.aborted) throw abortError(abortSignal)
+        return { exitCode: exitCodeOf(exit) }
+      },
+      (error) => {
+        throw abortSignal?.aborted ? abortError(abortSignal) : error
+      },
+    )
+    void ended.finally(() => abortSignal?.removeEventListener('abort', kill)).catch(() => {})
+    ended.then(
+      () => {
+        stdout.close()
+        stderr.close()
+      },
+      (error) => {
+        stdout.error(error)
+        stderr.error(error)
+      },
+    )
+    const settled = ended.then(
+      () => undefined,
+      () => undefined,
+    )
+    const process = {
+      pid,
+      stdout: stdout.stream,
+      stderr: stderr.stream,
+      wait: () => ended,
+      async kill() {
+        await kill()
+        await settled
+      },
+    }
+    if (withStdin) {
+      process.stdin = new WritableStream({
+        write: (chunk) => live.writeStdin(pid, asBytes(chunk, 'a chunk of stdin')),
+        close: () => live.closeStdin(pid),
+      })
+    }
+    return process
   }
 
   #path(options, what, keys = PATH_KEYS) {

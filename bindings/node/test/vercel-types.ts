@@ -72,6 +72,10 @@ export async function liveShape(live: LiveSandbox): Promise<void> {
   const server: Command = await sandbox.runCommand({ cmd: 'npm', args: ['run', 'dev'], detached: true })
   const result = server.result
   if (result && 'durationMs' in result) void result.durationMs
+  const onLive = new StrataSandboxSession(live, { workdir: '/work' })
+  const fromLiveSandbox = new StrataSandboxSession(sandbox)
+  void onLive
+  void fromLiveSandbox
   const attached = new StrataSandbox(live, { workdir: '/work', ports: [{ hostIp: '127.0.0.1', hostPort: 4000, guestPort: 3000 }] })
   const inner: LiveSandbox | null = attached.live
   void inner
@@ -96,8 +100,9 @@ export async function aiSdkShape(): Promise<void> {
   const reader = spawned.stdout.getReader()
   void reader
   await spawned.kill()
-  const never: never = await sandboxSession.spawn({ command: 'cat', stdin: true })
-  void never
+  const writable = await sandboxSession.spawn({ command: 'cat', stdin: true })
+  const input: WritableStream<Uint8Array> = writable.stdin
+  void input
   const text: string | null = await sandboxSession.readTextFile({ path: 'a.txt', startLine: 1, endLine: 2 })
   void text
   const entries = await sandboxSession.listDirectory({ path: '.' })
