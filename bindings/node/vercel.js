@@ -863,6 +863,8 @@ function liveBacking(live, workdir) {
       const onAbort = () => live.kill(pid, SIGNALS.SIGKILL).catch(() => {})
       if (signal?.aborted) onAbort()
       else signal?.addEventListener('abort', onAbort, { once: true })
+      const cancelled = () =>
+        new CancelledError('the command was cancelled by its AbortSignal; it was killed', { cause: signal.reason })
       try {
         const out = { stdout: [], stderr: [] }
         for await (const chunk of live.output(pid)) {
@@ -870,11 +872,12 @@ function liveBacking(live, workdir) {
           ;(chunk.stream === 'stdout' ? onStdout : onStderr)?.(chunk.data)
         }
         const exit = await live.wait(pid)
-        if (signal?.aborted) {
-          throw new CancelledError('the command was cancelled by its AbortSignal; it was killed', { cause: signal.reason })
-        }
+        if (signal?.aborted) throw cancelled()
         const text = (chunks) => Buffer.concat(chunks).toString('utf8')
         return { ...exit, stdout: text(out.stdout), stderr: text(out.stderr) }
+      } catch (error) {
+        // Following a process that was just killed may fail too: the abort is the cause.
+        throw signal?.aborted && !(error instanceof CancelledError) ? cancelled() : error
       } finally {
         signal?.removeEventListener('abort', onAbort)
       }
