@@ -42,6 +42,11 @@ impl Sandbox {
         if options.backend == sandbox_core::BackendKind::Process && container_asked {
             options.backend = sandbox_core::BackendKind::Container;
         }
+        if options.backend == sandbox_core::BackendKind::Process
+            && self.choice() == crate::BackendChoice::Only(sandbox_core::BackendKind::Microvm)
+        {
+            options.backend = sandbox_core::BackendKind::Microvm;
+        }
         if options.helper.is_none() {
             options.helper = self.helper_path().map(Into::into);
         }

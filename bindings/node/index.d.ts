@@ -380,8 +380,8 @@ export declare class LiveSandbox {
   writeStdin(pid: number, data: Buffer | Uint8Array | string): Promise<void>
   closeStdin(pid: number): Promise<void>
   resize(pid: number, rows: number, cols: number): Promise<void>
-  /** Freezes every process; resolves to how (`freezer`, else `signals`). */
-  pause(): Promise<'freezer' | 'signals'>
+  /** Freezes every process; resolves to how (`freezer`, else `signals`; `vm` on a microVM: its vCPUs stop). */
+  pause(): Promise<'freezer' | 'signals' | 'vm'>
   resume(): Promise<void>
   /** Publishes the TCP port `guestPort` inside on the host (loopback, a free port by default). */
   publish(guestPort: number, options?: { hostPort?: number; hostIp?: string }): Promise<PublishedPort>

@@ -187,10 +187,7 @@ pub fn drive(
     let boot = started.elapsed();
     let timeout = Duration::from_millis(request.timeout_ms);
     let cap = request.output_cap;
-    request.clock_unix_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
-        .unwrap_or(0);
+    request.clock_unix_ns = unix_now_ns();
     chan.send(&HostMsg::Run(request))?;
     for chunk in stdin.chunks(CHUNK) {
         chan.send(&HostMsg::Stdin {
@@ -248,6 +245,91 @@ pub fn drive(
         report,
         applied,
     })
+}
+
+/// A live agent, set up and waiting for execs (see [`open_live`]).
+#[derive(Debug)]
+pub struct LiveOpened {
+    /// The channel, blocking (no read timeout), for the caller's reader and writer.
+    pub stream: UnixStream,
+    /// Bytes received past the agent's [`AgentMsg::Applied`], to be decoded first.
+    pub decoder: Decoder,
+    /// The guest kernel release the agent reported.
+    pub kernel: String,
+    /// Start (boot, restore, exec) to the agent's welcome.
+    pub boot: Duration,
+    /// What the agent applied, as it read it back.
+    pub applied: Applied,
+}
+
+/// Greets the agent on `carrier` (started at `started`) like a run, then hands it
+/// `request` as a live sandbox ([`HostMsg::Live`], the host's clock set in it) and waits
+/// for what it applied.
+///
+/// # Errors
+/// As [`drive`] before the tool starts: the ready timeout, a version mismatch, the
+/// agent's refusal (at [`SetupStage::AgentRun`]), a broken channel.
+pub fn open_live(
+    carrier: &mut dyn Carrier,
+    started: Instant,
+    greeting: Greeting,
+    ready_timeout: Duration,
+    mut request: RunRequest,
+    ctx: &RunContext,
+) -> Result<LiveOpened> {
+    let place = carrier.place();
+    let ready_deadline = started + ready_timeout;
+    if greeting == Greeting::AwaitReady {
+        wait_ready(carrier, ready_deadline, ready_timeout, ctx)?;
+    }
+    let mut chan = Channel::open(carrier)?;
+    chan.send(&HostMsg::Hello {
+        version: PROTOCOL_VERSION,
+    })?;
+    let kernel = match chan.recv(carrier, ready_deadline, ctx)? {
+        Recv::Msg(AgentMsg::Welcome { version, kernel }) => {
+            check_version(place, version)?;
+            kernel
+        }
+        Recv::Msg(other) => return Err(unexpected(place, &other)),
+        Recv::Deadline => return Err(not_ready(carrier, ready_timeout)),
+    };
+    let boot = started.elapsed();
+    request.clock_unix_ns = unix_now_ns();
+    chan.send(&HostMsg::Live(request))?;
+    let applied = match chan.recv(carrier, Instant::now() + ready_timeout, ctx)? {
+        Recv::Msg(AgentMsg::Applied { applied }) => applied,
+        Recv::Msg(AgentMsg::Error { message }) => {
+            return Err(Error::setup(
+                SetupStage::AgentRun,
+                place.say(format!("{} refused the live sandbox", place.agent())),
+                std::io::Error::other(message),
+            ))
+        }
+        Recv::Msg(other) => return Err(unexpected(place, &other)),
+        Recv::Deadline => return Err(not_ready(carrier, ready_timeout)),
+    };
+    let Channel {
+        stream, decoder, ..
+    } = chan;
+    stream
+        .set_read_timeout(None)
+        .map_err(|e| Error::setup(SetupStage::AgentChannel, place.say("agent channel"), e))?;
+    Ok(LiveOpened {
+        stream,
+        decoder,
+        kernel,
+        boot,
+        applied,
+    })
+}
+
+/// The host's wall clock in nanoseconds since the Unix epoch (0 if it reads before it).
+pub fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+        .unwrap_or(0)
 }
 
 /// The argv an agent runs for a command, an `sh` script or a `python` script (`None` for

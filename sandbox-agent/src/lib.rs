@@ -8,7 +8,7 @@
 //! request, stdin, output, wall clock, read-write grants back), [`inner`] (the sandbox the
 //! agent runs the tool in: the plan, the parse of its result, the merge of its receipt),
 //! [`request`] (the agent's run request, built once from the caps and the place's base).
-//! The guest agent binary is `src/bin/strata-guest-agent.rs`.
+//! The guest agent binary is `src/bin/strata-guest-agent/` (`main.rs`; `live.rs` serves live sandboxes).
 //!
 //! This crate depends on `sandbox-core` only, so the cluster backend does not build the
 //! microVM backend and neither backend depends on the other.

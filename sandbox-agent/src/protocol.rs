@@ -24,7 +24,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks. Host and agent refuse any other.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest payload of one frame: 1 MiB.
 pub const MAX_FRAME: usize = 1024 * 1024;
@@ -57,6 +57,56 @@ pub enum HostMsg {
     StdinEnd,
     /// Kill the tool's process group now.
     Kill,
+    /// Hold the machine for a live sandbox instead of one run: set it up as for a run
+    /// (clock, network, entropy, disks, files; `argv` is empty, `rlimits` apply to every
+    /// exec), answer [`AgentMsg::Applied`] (read back from a probe process started with the
+    /// exec's limits), then start one [`HostMsg::Exec`] after another until the host closes
+    /// the channel, which kills every exec.
+    Live(RunRequest),
+    /// Start a live exec (after [`HostMsg::Live`]).
+    Exec(LiveExec),
+    /// Bytes for live exec `id`'s stdin; the agent answers [`AgentMsg::InputTaken`] once
+    /// they are written (the host keeps a bounded number of bytes in flight).
+    Input {
+        /// The exec.
+        id: u64,
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// End of live exec `id`'s stdin.
+    InputEnd {
+        /// The exec.
+        id: u64,
+    },
+    /// Send `signal` to the process group of the live exec whose pid is `pid`.
+    Signal {
+        /// The exec's pid in the guest.
+        pid: i32,
+        /// The signal number.
+        signal: i32,
+    },
+    /// Set the guest's wall clock to the host's (after a resume: a stopped VM's clock
+    /// stood still).
+    SetClock {
+        /// Nanoseconds since the Unix epoch.
+        unix_ns: u64,
+    },
+}
+
+/// One live exec: a program with exactly this environment, in its own session and process
+/// group, stdin, stdout and stderr carried over the channel.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LiveExec {
+    /// The host's number for this exec, echoed in every message about it.
+    pub id: u64,
+    /// Program and arguments (`argv[0]` is looked up in `PATH` of `env` without a `/`).
+    pub argv: Vec<String>,
+    /// The whole environment.
+    pub env: BTreeMap<String, String>,
+    /// Working directory (empty: `/`).
+    pub cwd: String,
 }
 
 /// What the agent runs. Build one with [`crate::request`].
@@ -203,6 +253,53 @@ pub enum AgentMsg {
         mount: u32,
         /// Why the archive is incomplete, if it is (the host then applies nothing of it).
         error: Option<String>,
+    },
+    /// Live exec `id` runs as `pid` (its process group and session).
+    Started {
+        /// The exec.
+        id: u64,
+        /// Its pid in the guest.
+        pid: i32,
+    },
+    /// Live exec `id` did not start (nothing ran).
+    ExecFailed {
+        /// The exec.
+        id: u64,
+        /// The OS error number.
+        errno: i32,
+    },
+    /// A chunk of live exec `id`'s output.
+    ExecOutput {
+        /// The exec.
+        id: u64,
+        /// The stream.
+        stream: OutStream,
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// Live exec `id`'s stream reached end of file (every process holding it closed it).
+    OutputEnd {
+        /// The exec.
+        id: u64,
+        /// The stream.
+        stream: OutStream,
+    },
+    /// `bytes` of live exec `id`'s stdin were written to it.
+    InputTaken {
+        /// The exec.
+        id: u64,
+        /// How many.
+        bytes: u64,
+    },
+    /// Live exec `id`'s main process ended.
+    Ended {
+        /// The exec.
+        id: u64,
+        /// Its pid.
+        pid: i32,
+        /// The raw wait status.
+        wait_status: i32,
     },
     /// The agent refused or failed; nothing more follows.
     Error {
@@ -425,11 +522,25 @@ mod tests {
                 version: PROTOCOL_VERSION,
             },
             sample_run(),
+            HostMsg::Live(RunRequest::default()),
             HostMsg::Stdin {
                 data: b"\x00\xffdata".to_vec(),
             },
             HostMsg::StdinEnd,
             HostMsg::Kill,
+            HostMsg::Exec(LiveExec {
+                id: 3,
+                argv: vec!["sh".into(), "-c".into(), "cat".into()],
+                env: BTreeMap::from([("A".into(), "b=c".into())]),
+                cwd: "/tmp".into(),
+            }),
+            HostMsg::Input {
+                id: 3,
+                data: vec![0, 255, 10],
+            },
+            HostMsg::InputEnd { id: 3 },
+            HostMsg::Signal { pid: 41, signal: 9 },
+            HostMsg::SetClock { unix_ns: 7 },
         ];
         let mut wire = Vec::new();
         for m in &msgs {

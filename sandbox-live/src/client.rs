@@ -170,17 +170,17 @@ impl LiveSandbox {
     pub fn start(caps: &Caps, options: &StartOptions) -> Result<LiveSandbox> {
         caps.validate()?;
         match options.backend {
-            BackendKind::Process | BackendKind::Container => {}
+            BackendKind::Process | BackendKind::Container | BackendKind::Microvm => {}
             BackendKind::Wasm => {
                 return Err(Error::unavailable(
                     BackendKind::Wasm,
-                    "a WebAssembly module has no processes to keep: live sandboxes run on the process and container backends",
+                    "a WebAssembly module has no processes to keep: live sandboxes run on the process, container and microvm backends",
                 ))
             }
             other => {
                 return Err(Error::unavailable(
                     other,
-                    format!("live sandboxes run on the process and container backends, not yet on {other}"),
+                    format!("live sandboxes run on the process, container and microvm backends, not yet on {other}"),
                 ))
             }
         }

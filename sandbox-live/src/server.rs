@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sandbox_core::{Capability, Error, Mechanism};
-use sandbox_os::live::{LiveEvent, LiveProcess};
+use sandbox_os::live::LiveEvent;
+
+use crate::held::Held;
 
 use crate::exec;
 use crate::protocol::{PublishedPort, Reply, Request, SandboxInfo, WireError};
@@ -75,7 +77,7 @@ impl Ending {
 
 /// What the connection threads share with the loop.
 pub(crate) struct Context {
-    pub(crate) sandbox: Mutex<Option<LiveProcess>>,
+    pub(crate) sandbox: Mutex<Option<Held>>,
     /// The tier, approver and audit log every exec goes through.
     pub(crate) policy: Arc<crate::policy::ExecPolicy>,
     pub(crate) table: Shared,
@@ -112,7 +114,7 @@ impl Context {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .and_then(LiveProcess::cpu_usage_us);
+            .and_then(Held::cpu_usage_us);
         info
     }
 }
@@ -122,7 +124,7 @@ impl Context {
 /// arrived. Removes the sandbox's directory before returning.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn serve(
-    sandbox: LiveProcess,
+    sandbox: Held,
     policy: Arc<crate::policy::ExecPolicy>,
     info: SandboxInfo,
     config: Config,
@@ -213,7 +215,7 @@ fn event_loop(
         guard.as_ref().map(|sandbox| {
             (
                 sandbox.events().try_clone_to_owned(),
-                sandbox.helper_events().try_clone_to_owned(),
+                sandbox.end_events().try_clone_to_owned(),
             )
         })
     };
@@ -305,7 +307,7 @@ fn event_loop(
         }
         if ready[1] {
             let mut guard = context.sandbox.lock().unwrap_or_else(|e| e.into_inner());
-            if guard.as_mut().is_none_or(LiveProcess::ended) {
+            if guard.as_mut().is_none_or(Held::ended) {
                 return Ending::SandboxEnded;
             }
         }

@@ -15,6 +15,7 @@ use sandbox_core::{
 use sandbox_os::ProcessBackend;
 
 use crate::client::{StartReply, StartRequest};
+use crate::held::Held;
 use crate::protocol::{SandboxInfo, WireError, PROTOCOL_VERSION};
 use crate::server::{self, Config};
 use crate::state;
@@ -99,9 +100,13 @@ fn read_request() -> Result<StartRequest> {
     Ok(request)
 }
 
+/// What must outlive the sandbox: the backend it was started on (it holds the egress proxy
+/// among others).
+type KeepAlive = Box<dyn std::any::Any>;
+
 struct Started {
-    backend: Arc<ProcessBackend>,
-    sandbox: sandbox_os::live::LiveProcess,
+    backend: KeepAlive,
+    sandbox: Held,
     policy: crate::policy::ExecPolicy,
     info: SandboxInfo,
     config: Config,
@@ -111,37 +116,46 @@ struct Started {
 
 /// The backends live sandboxes run on, in words (for refusals).
 #[cfg(feature = "container")]
-const LIVE_BACKENDS: &str = "process and container (native runtime)";
+const LIVE_BACKENDS: &str = "process, container (native runtime) and microvm";
 #[cfg(not(feature = "container"))]
-const LIVE_BACKENDS: &str = "process (this build has no container backend)";
+const LIVE_BACKENDS: &str = "process and microvm (this build has no container backend)";
 
 /// Starts the sandbox `request` asks for on its backend.
 ///
-/// Returns the process backend with the sandbox: it outlives the sandbox (it holds the
-/// egress proxy among others); on the container backend it is the one the native runtime
-/// ran on.
-fn start_on_backend(
-    request: &StartRequest,
-    ctx: &RunContext,
-) -> Result<(Arc<ProcessBackend>, sandbox_os::live::LiveProcess)> {
+/// Returns the backend with the sandbox: it outlives the sandbox (it holds the egress
+/// proxy among others); on the container backend it is the process backend the native
+/// runtime ran on.
+fn start_on_backend(request: &StartRequest, ctx: &RunContext) -> Result<(KeepAlive, Held)> {
     let process = Arc::new(match &request.helper {
         Some(helper) => ProcessBackend::with_helper(helper),
         None => ProcessBackend::new(),
     });
     let host = sandbox_core::grant::RealHost;
+    let placeholder = sandbox_core::Tool::command(["true"]);
     match request.backend {
         BackendKind::Process => {
             let spec = RunSpec::new(&request.caps, &host)?;
             let sandbox = process.start_live(&spec, ctx)?;
-            Ok((process, sandbox))
+            Ok((Box::new(process), Held::Process(Box::new(sandbox))))
         }
         #[cfg(feature = "container")]
         BackendKind::Container => {
             let backend = sandbox_container::ContainerBackend::with_process(Arc::clone(&process));
-            let placeholder = sandbox_core::Tool::command(["true"]);
             let spec = RunSpec::plan(BackendKind::Container, &placeholder, &request.caps, &host)?;
             let sandbox = backend.start_live(&spec, ctx)?;
-            Ok((process, sandbox))
+            Ok((Box::new(process), Held::Process(Box::new(sandbox))))
+        }
+        BackendKind::Microvm => {
+            // The VMM's jail: the helper the request names, no warm pool.
+            let jail = match &request.helper {
+                Some(helper) => ProcessBackend::with_helper(helper),
+                None => ProcessBackend::new(),
+            }
+            .with_warm_pool(0);
+            let backend = sandbox_vm::MicrovmBackend::new().jailed_in(Arc::new(jail));
+            let spec = RunSpec::plan(BackendKind::Microvm, &placeholder, &request.caps, &host)?;
+            let sandbox = backend.start_live(&spec, ctx)?;
+            Ok((Box::new(backend), Held::Vm(Box::new(sandbox))))
         }
         other => Err(Error::unavailable(
             other,
@@ -160,6 +174,9 @@ fn start(request: StartRequest) -> Result<Started> {
     };
     // A log that cannot be written (or does not verify) refuses before anything starts.
     let policy = crate::policy::ExecPolicy::open(&request.policy, &id, &request.caps)?;
+    if request.backend == BackendKind::Microvm && !request.publish.is_empty() {
+        return Err(crate::held::no_ports_on_vm());
+    }
     let (backend, sandbox) = start_on_backend(&request, &context)?;
     if request.publish.len() > crate::ports::MAX_PORTS {
         return Err(Error::invalid(format!(

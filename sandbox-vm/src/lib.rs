@@ -13,8 +13,8 @@
 //! drive the agent, switch off), [`snapshot`] (boot once, restore per run), [`pool`] (VMs restored ahead of
 //! time), [`grants`] (host directories as
 //! disk images, read-write ones written back through a filter), [`input`] (the image or
-//! module an inner run needs, on the input disk), `backend`
-//! ([`MicrovmBackend`]).
+//! module an inner run needs, on the input disk), [`live`] (a VM that stays up for a live
+//! sandbox), `backend` ([`MicrovmBackend`]).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -24,6 +24,7 @@ mod backend;
 pub mod grants;
 pub mod input;
 pub mod leftovers;
+pub mod live;
 pub mod pool;
 pub mod probe;
 pub mod qemu;
@@ -32,5 +33,6 @@ pub mod snapshot;
 pub mod vmm;
 
 pub use backend::{MicrovmBackend, DEFAULT_CONSOLE_CAP, DEFAULT_READY_TIMEOUT, MIN_GUEST_MIB};
+pub use live::LiveVm;
 pub use sandbox_agent::Carrier;
 pub use vmm::{Accel, Disk, NetRelay, VmConfig, VmInstance, Vmm};

@@ -710,6 +710,21 @@ impl VmInstance for QemuInstance {
             )
         })
     }
+
+    fn set_running(&mut self, running: bool) -> Result<()> {
+        let command = if running { "cont" } else { "stop" };
+        let outcome = self.qmp().and_then(|qmp| {
+            qmp.set_timeout(Duration::from_secs(10))?;
+            qmp.execute(command, serde_json::json!({}))
+        });
+        outcome.map(drop).map_err(|e| {
+            Error::setup(
+                SetupStage::Vmm,
+                format!("microvm: QMP {command}"),
+                std::io::Error::new(e.kind(), format!("{e} ({})", self.diagnostics())),
+            )
+        })
+    }
 }
 
 impl Drop for QemuInstance {

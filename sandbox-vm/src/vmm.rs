@@ -134,4 +134,11 @@ pub trait VmInstance: Carrier {
     /// # Errors
     /// When loading fails or `deadline` passes first.
     fn wait_running(&mut self, deadline: std::time::Instant) -> Result<()>;
+
+    /// Stops (`false`) or continues (`true`) the VM's vCPUs (QMP `stop`/`cont`): a stopped
+    /// VM runs no guest code and its virtual clock stands still; its RAM is kept.
+    ///
+    /// # Errors
+    /// When the VMM does not answer or refuses.
+    fn set_running(&mut self, running: bool) -> Result<()>;
 }

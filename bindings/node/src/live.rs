@@ -331,6 +331,7 @@ fn request(
         "pause" => to_json(&match live.pause()? {
             PauseMethod::Freezer => "freezer",
             PauseMethod::Signals => "signals",
+            PauseMethod::Vm => "vm",
         }),
         "resume" => {
             live.resume()?;

@@ -239,7 +239,7 @@ async function liveSandboxes(): Promise<void> {
   }
   const ended: LiveExit = await live.wait(pid)
   const listed: LiveProcess[] = await live.ps()
-  const how: 'freezer' | 'signals' = await live.pause()
+  const how: 'freezer' | 'signals' | 'vm' = await live.pause()
   await live.resume()
   const port: PublishedPort = await live.publish(8001, { hostPort: 0 })
   const entries: LiveEntry[] = await live.listDir('/tmp')

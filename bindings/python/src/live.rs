@@ -288,13 +288,14 @@ impl PyLiveSandbox {
     }
 
     /// Pauses every process (the cgroup freezer, else stop signals); returns how
-    /// ("freezer" or "signals"). TTLs stand still; new execs are refused until `resume`.
+    /// ("freezer" or "signals"; "vm" on a microVM: its vCPUs stop). TTLs stand still; new execs are refused until `resume`.
     fn pause(&self, py: Python<'_>) -> PyResult<String> {
         let live = self.live(py)?;
         let method = py.detach(|| live.pause()).py_err(py)?;
         Ok(match method {
             strata::live::PauseMethod::Freezer => "freezer".into(),
             strata::live::PauseMethod::Signals => "signals".into(),
+            strata::live::PauseMethod::Vm => "vm".into(),
         })
     }
 

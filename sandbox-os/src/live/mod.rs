@@ -78,6 +78,9 @@ pub enum PauseMethod {
     /// resume. No process runs, but a process can notice (its parent sees it stopped, a
     /// `SIGCONT` handler runs), and one stopped before the pause is continued too.
     Signals,
+    /// A microVM's vCPUs are stopped by its VMM (QMP `stop`): nothing in the guest runs,
+    /// and its clock stands still (it is set again on resume).
+    Vm,
 }
 
 impl PauseMethod {
@@ -86,6 +89,7 @@ impl PauseMethod {
         match self {
             PauseMethod::Freezer => "cgroup freezer: every process of the sandbox is frozen; none runs or can tell",
             PauseMethod::Signals => "SIGSTOP to every process of the sandbox, SIGCONT on resume (no cgroup freezer here): none runs, but a process can tell it was stopped",
+            PauseMethod::Vm => "the VM's vCPUs are stopped by its VMM (QMP stop): nothing in the guest runs or can tell, except by its clock, which is set again on resume",
         }
     }
 }

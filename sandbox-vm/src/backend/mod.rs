@@ -1,11 +1,13 @@
 //! [`MicrovmBackend`]: one freshly booted VM per run.
 //!
 //! Module map: [`config`] (the VM's devices), [`snapshots`] (boot once, restore per run; the
-//! pool's restorer), [`egress`] (the run's proxy and relay), [`run`] (one run), [`receipt`]
+//! pool's restorer), [`egress`] (the run's proxy and relay), [`run`] (one run), [`live`] (a
+//! VM held for a live sandbox), [`receipt`]
 //! (what the run's receipt says), [`report`] (artifacts, accelerator probe, doctor).
 
 mod config;
 mod egress;
+mod live;
 mod receipt;
 mod report;
 mod run;

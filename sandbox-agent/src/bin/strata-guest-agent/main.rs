@@ -27,7 +27,13 @@
 //! limits, the tool's own rlimits); then [`AgentMsg::Exit`] and sends each
 //! read-write grant back as a tar stream.
 //!
+//! Live mode ([`HostMsg::Live`] instead of a run, see [`live`]): the machine is set up the
+//! same way, then the agent starts one exec after another until the host closes the
+//! channel.
+//!
 //! Linux only; runs as root in a VM, as the pod's user in a pod.
+
+mod live;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -174,13 +180,21 @@ fn serve_one(place: Place, port: &Port, mut reader: Reader) -> bool {
             kernel: kernel(),
         },
     );
-    let request = match read_msg(&mut reader, &mut decoder) {
-        Some(HostMsg::Run(request)) => request,
+    let (request, live) = match read_msg(&mut reader, &mut decoder) {
+        Some(HostMsg::Run(request)) => (request, false),
+        Some(HostMsg::Live(request)) => (request, true),
         None => return false,
         other => return refuse(port, &format!("expected run, got {other:?}")),
     };
     if let Err(message) = prepare(place, &request) {
         return refuse(port, &message);
+    }
+    if live {
+        let mut seen = applied(&request, None);
+        seen.rlimits = live::probe_rlimits(request.rlimits);
+        send(port, &AgentMsg::Applied { applied: seen });
+        live::serve(place, port, reader, decoder, request.rlimits);
+        return true;
     }
     let mounts = request.mounts.clone();
     let report = request.report.clone();
@@ -636,7 +650,7 @@ fn run(place: Place, port: &Port, req: RunRequest, reader: Reader, decoder: Deco
     send(
         port,
         &AgentMsg::Applied {
-            applied: applied(&req, pgid),
+            applied: applied(&req, Some(pgid)),
         },
     );
     let flags = Arc::new(Flags {
@@ -754,8 +768,8 @@ fn oom_kills() -> u64 {
 
 /// What was applied for the tool (`pid`, started and not yet reaped), read back: the
 /// request's disks found at their targets, the machine's memory, the agent's cgroup limits
-/// and the tool's own resource limits.
-fn applied(req: &RunRequest, pid: u32) -> Applied {
+/// and the tool's own resource limits (none without a tool).
+fn applied(req: &RunRequest, pid: Option<u32>) -> Applied {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mount_points: Vec<&str> = mountinfo
         .lines()
@@ -790,7 +804,7 @@ fn applied(req: &RunRequest, pid: u32) -> Applied {
         memory_total,
         cgroup_memory_max: cgroup_value("memory.max"),
         cgroup_pids_max: cgroup_value("pids.max"),
-        rlimits: tool_rlimits(pid),
+        rlimits: pid.and_then(tool_rlimits),
     }
 }
 
@@ -911,7 +925,7 @@ fn listen_host(
                     flags.killed.store(true, Ordering::SeqCst);
                     kill_group(pgid);
                 }
-                HostMsg::Hello { .. } | HostMsg::Run(_) => {}
+                _ => {}
             }
         }
         flags.killed.store(true, Ordering::SeqCst);
