@@ -7,7 +7,8 @@
 //! whether it ended, diagnostics, teardown), [`driver`] (one run over a carrier: greeting,
 //! request, stdin, output, wall clock, read-write grants back), [`inner`] (the sandbox the
 //! agent runs the tool in: the plan, the parse of its result, the merge of its receipt),
-//! [`request`] (the agent's run request, built once from the caps and the place's base).
+//! [`request`] (the agent's run request, built once from the caps and the place's base),
+//! [`window`] (bytes in flight per stream of a live sandbox's channel).
 //! The guest agent binary is `src/bin/strata-guest-agent/` (`main.rs`; `live.rs` serves live sandboxes).
 //!
 //! This crate depends on `sandbox-core` only, so the cluster backend does not build the
@@ -23,6 +24,7 @@ pub mod inner;
 pub mod place;
 pub mod protocol;
 pub mod request;
+pub mod window;
 
 pub use carrier::Carrier;
 pub use place::Place;

@@ -92,6 +92,56 @@ pub enum HostMsg {
         /// Nanoseconds since the Unix epoch.
         unix_ns: u64,
     },
+    /// Set the terminal size of the tty exec whose pid is `pid`.
+    Resize {
+        /// The exec's pid in the guest.
+        pid: i32,
+        /// Rows.
+        rows: u16,
+        /// Columns.
+        cols: u16,
+    },
+    /// Open TCP connection `id` to `127.0.0.1:port` in the guest (a published port); the
+    /// answer is [`AgentMsg::Connected`] or [`AgentMsg::ConnectFailed`].
+    Connect {
+        /// The host's number for this connection.
+        id: u64,
+        /// The port in the guest.
+        port: u16,
+    },
+    /// Bytes for connection `id` (at most [`CONN_WINDOW`] not yet taken).
+    ConnData {
+        /// The connection.
+        id: u64,
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// The host's side of connection `id` sends no more (the guest half-closes it).
+    ConnEnd {
+        /// The connection.
+        id: u64,
+    },
+    /// `bytes` of connection `id`'s data from the agent were delivered on the host.
+    ConnTaken {
+        /// The connection.
+        id: u64,
+        /// How many.
+        bytes: u64,
+    },
+}
+
+/// Bytes of one connection's data either side sends ahead of what the other side took.
+pub const CONN_WINDOW: u64 = 256 * 1024;
+
+/// A terminal's size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TermSize {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
 }
 
 /// One live exec: a program with exactly this environment, in its own session and process
@@ -107,6 +157,10 @@ pub struct LiveExec {
     pub env: BTreeMap<String, String>,
     /// Working directory (empty: `/`).
     pub cwd: String,
+    /// Run on a new terminal of this size in the guest (its controlling terminal; stdout
+    /// carries the terminal's output, stderr nothing).
+    #[serde(default)]
+    pub tty: Option<TermSize>,
 }
 
 /// What the agent runs. Build one with [`crate::request`].
@@ -300,6 +354,38 @@ pub enum AgentMsg {
         pid: i32,
         /// The raw wait status.
         wait_status: i32,
+    },
+    /// Connection `id` is open.
+    Connected {
+        /// The connection.
+        id: u64,
+    },
+    /// Connection `id` could not be opened.
+    ConnectFailed {
+        /// The connection.
+        id: u64,
+        /// The OS error number.
+        errno: i32,
+    },
+    /// Bytes from connection `id` (at most [`CONN_WINDOW`] not yet taken).
+    ConnData {
+        /// The connection.
+        id: u64,
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// The guest's side of connection `id` sends no more.
+    ConnEnd {
+        /// The connection.
+        id: u64,
+    },
+    /// `bytes` of connection `id`'s data from the host were written in the guest.
+    ConnTaken {
+        /// The connection.
+        id: u64,
+        /// How many.
+        bytes: u64,
     },
     /// The agent refused or failed; nothing more follows.
     Error {
@@ -533,7 +619,20 @@ mod tests {
                 argv: vec!["sh".into(), "-c".into(), "cat".into()],
                 env: BTreeMap::from([("A".into(), "b=c".into())]),
                 cwd: "/tmp".into(),
+                tty: Some(TermSize { rows: 24, cols: 80 }),
             }),
+            HostMsg::Connect { id: 4, port: 8000 },
+            HostMsg::ConnData {
+                id: 4,
+                data: b"GET /".to_vec(),
+            },
+            HostMsg::ConnEnd { id: 4 },
+            HostMsg::ConnTaken { id: 4, bytes: 5 },
+            HostMsg::Resize {
+                pid: 41,
+                rows: 50,
+                cols: 132,
+            },
             HostMsg::Input {
                 id: 3,
                 data: vec![0, 255, 10],

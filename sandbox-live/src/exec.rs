@@ -439,6 +439,17 @@ pub(crate) fn control(context: &Arc<Context>, request: Request, out: &Out) -> bo
                         "process {pid} has no terminal (start it with tty)"
                     ))),
                 });
+            let resized = match resized {
+                Some(Ok(())) => Some(
+                    context
+                        .sandbox
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_ref()
+                        .map_or(Ok(()), |sandbox| sandbox.resized(pid, size.rows, size.cols)),
+                ),
+                other => other,
+            };
             match resized {
                 None => no_process(out, pid),
                 Some(Ok(())) => reply(out, &Reply::Ok),

@@ -1,8 +1,7 @@
 //! The sandbox a supervisor holds: the process backend's [`LiveProcess`] (the container
 //! backend's native runtime is one too) or the microVM backend's [`LiveVm`]. Both take execs
 //! with the supervisor's stdio descriptors and report init-style events; what only one of
-//! them can do yet (files, published ports, terminals on the microVM) is refused with a
-//! typed error naming the backend.
+//! them can do yet (files on the microVM) is refused with a typed error naming the backend.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -12,14 +11,6 @@ use sandbox_core::{BackendKind, Error, Receipt, Result};
 use sandbox_os::file_tree::FileTree;
 use sandbox_os::live::{LiveCommand, LiveEvent, LiveProcess, PauseMethod};
 use sandbox_vm::LiveVm;
-
-/// The refusal of published ports on the microVM backend (before or after it started).
-pub(crate) fn no_ports_on_vm() -> Error {
-    Error::unavailable(
-        BackendKind::Microvm,
-        "published ports on live microVM sandboxes are not built yet; use the process or container backend",
-    )
-}
 
 /// A held live sandbox.
 #[derive(Debug)]
@@ -148,23 +139,20 @@ impl Held {
         }
     }
 
-    /// Whether ports can be published from this sandbox.
-    ///
-    /// # Errors
-    /// On the microVM backend (not built yet).
-    pub(crate) fn can_publish(&self) -> Result<()> {
+    /// Asks for a connection to `127.0.0.1:port` inside (see [`LiveProcess::connect`]).
+    pub(crate) fn connect(&self, id: u64, port: u16) -> Result<()> {
         match self {
-            Held::Process(_) => Ok(()),
-            Held::Vm(_) => Err(no_ports_on_vm()),
+            Held::Process(p) => p.connect(id, port),
+            Held::Vm(v) => v.connect(id, port),
         }
     }
 
-    /// Asks for a connection to `127.0.0.1:port` inside (see [`LiveProcess::connect`]).
-    pub(crate) fn connect(&self, id: u64, port: u16) -> Result<()> {
-        self.can_publish()?;
+    /// Tells the sandbox a tty exec's terminal was resized (the supervisor resized its
+    /// own; a microVM's guest terminal follows).
+    pub(crate) fn resized(&self, pid: i32, rows: u16, cols: u16) -> Result<()> {
         match self {
-            Held::Process(p) => p.connect(id, port),
-            Held::Vm(_) => Ok(()),
+            Held::Process(_) => Ok(()),
+            Held::Vm(v) => v.resized(pid, rows, cols),
         }
     }
 

@@ -50,14 +50,6 @@ pub(crate) fn publish(
             )));
         }
     }
-    if let Some(sandbox) = context
-        .sandbox
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-    {
-        sandbox.can_publish()?;
-    }
     let (listener, port) = bind(request)?;
     serve(context, listener, port.clone())?;
     Ok(port)

@@ -174,9 +174,6 @@ fn start(request: StartRequest) -> Result<Started> {
     };
     // A log that cannot be written (or does not verify) refuses before anything starts.
     let policy = crate::policy::ExecPolicy::open(&request.policy, &id, &request.caps)?;
-    if request.backend == BackendKind::Microvm && !request.publish.is_empty() {
-        return Err(crate::held::no_ports_on_vm());
-    }
     let (backend, sandbox) = start_on_backend(&request, &context)?;
     if request.publish.len() > crate::ports::MAX_PORTS {
         return Err(Error::invalid(format!(

@@ -400,3 +400,42 @@ fn a_watch_reports_changes_a_tool_makes_below_a_directory() {
         );
     }
 }
+
+/// The microVM backend's terminal: a shell on a terminal in the guest takes input, sees its
+/// size and a resize, and its exit code comes back. Needs QEMU and the guest
+/// (`scripts/build-vm-guest.sh`, run here; cached).
+#[test]
+fn a_shell_on_a_microvm_terminal_takes_input_and_resizes() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let built = Command::new(repo.join("scripts/build-vm-guest.sh"))
+        .output()
+        .expect("scripts/build-vm-guest.sh");
+    assert!(
+        built.status.success(),
+        "build-vm-guest: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let state = state_dir();
+    let mut options = options(state.path());
+    options.backend = sandbox_core::BackendKind::Microvm;
+    let sandbox = LiveSandbox::start(&Caps::new(), &options).expect("start");
+    let size = sandbox_live::TtySize { rows: 30, cols: 90 };
+    let pty = sandbox.pty(argv(&["sh", "-i"]), size).expect("pty");
+    pty.write(b"stty size; echo sum=$((6*7)); tty\n")
+        .expect("type");
+    terminal_shows(&pty, "30 90");
+    terminal_shows(&pty, "sum=42");
+    terminal_shows(&pty, "/dev/pts/");
+    pty.resize(sandbox_live::TtySize {
+        rows: 40,
+        cols: 100,
+    })
+    .expect("resize");
+    pty.write(b"stty size\n").expect("type");
+    terminal_shows(&pty, "40 100");
+    pty.write(b"exit 3\n").expect("type");
+    let exit = pty.wait().expect("wait");
+    assert_eq!(exit.exit_code, Some(3), "{exit:?}");
+    sandbox.stop().expect("stop");
+    assert_eq!(sandbox_dirs(state.path()), 0);
+}

@@ -9,8 +9,13 @@
 //! output from the channel into its stdout and stderr, and one pump per exec carries its
 //! stdin the other way, at most [`STDIN_WINDOW`] bytes ahead of what the guest wrote.
 //!
-//! Not yet on this backend (typed refusals, see the supervisor): terminals, files, published
-//! ports and file grants.
+//! A tty exec gets a terminal in the guest; the supervisor's terminal on the host is made
+//! raw and carries its bytes both ways, and a resize is passed on ([`LiveVm::resized`]). A
+//! published port's connection is a TCP connection the agent opens to the guest port; the
+//! supervisor gets one end of a socket pair whose other end is carried over the channel,
+//! with a [`Window`] each way.
+//!
+//! Not yet on this backend (typed refusals, see the supervisor): files and file grants.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
@@ -23,9 +28,12 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use sandbox_agent::driver::{unix_now_ns, LiveOpened};
-use sandbox_agent::protocol::{encode, AgentMsg, Decoder, HostMsg, LiveExec, OutStream};
+use sandbox_agent::protocol::{
+    encode, AgentMsg, Decoder, HostMsg, LiveExec, OutStream, TermSize, CONN_WINDOW,
+};
+use sandbox_agent::window::Window;
 use sandbox_core::receipt::{Denial, NetworkReceipt};
-use sandbox_core::{BackendKind, Error, Receipt, Result, SetupStage};
+use sandbox_core::{Error, Receipt, Result, SetupStage};
 use sandbox_os::live::{LiveCommand, LiveEvent, PauseMethod};
 use sandbox_os::private::PrivateDir;
 
@@ -68,17 +76,33 @@ impl std::fmt::Debug for LiveVm {
 }
 
 /// What the reader thread, the stdin pumps and the sandbox share.
-#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
     /// Signalled when stdin was taken or an exec ended (pumps wait on it).
     changed: Condvar,
+    /// Connection bytes sent to the guest and not yet written there.
+    conn_window: Window,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            conn_window: Window::new(CONN_WINDOW),
+        }
+    }
 }
 
 #[derive(Default)]
 struct State {
-    /// Events not yet taken; one byte per event is in the events pipe.
-    queue: VecDeque<LiveEvent>,
+    /// Events not yet taken (with the descriptor a connection's carries); one byte per
+    /// event is in the events pipe.
+    queue: VecDeque<(LiveEvent, Option<OwnedFd>)>,
+    /// Connections asked for and not yet answered: the supervisor's end and ours.
+    connecting: HashMap<u64, (UnixStream, UnixStream)>,
+    /// Open connections: the queue of the guest's bytes to our end's writer.
+    conns: HashMap<u64, std::sync::mpsc::SyncSender<Vec<u8>>>,
     /// The host ends of each exec's output streams.
     outs: HashMap<(u64, Stream), Arc<File>>,
     /// The program of each exec not yet started, for its failure event.
@@ -138,12 +162,13 @@ impl LiveVm {
         let shared = Arc::new(Shared::default());
         let reader = {
             let shared = Arc::clone(&shared);
+            let writer = Arc::clone(&writer);
             let stream = opened.stream;
             let decoder = opened.decoder;
             thread::Builder::new()
                 .name("strata-live-vm".into())
                 .spawn(move || {
-                    read_agent(stream, decoder, &shared, &File::from(events_w));
+                    read_agent(stream, decoder, &shared, &File::from(events_w), &writer);
                     drop(ended_w);
                 })
                 .map_err(failed)?
@@ -183,11 +208,11 @@ impl LiveVm {
 
     /// Starts `command` in `workdir` with `stdio` (stdin, stdout, stderr; they stay on the
     /// host, their bytes are carried over the channel); the answer is a
-    /// [`LiveEvent::Started`] or [`LiveEvent::ExecFailed`] with `id`.
+    /// [`LiveEvent::Started`] or [`LiveEvent::ExecFailed`] with `id`. With `tty`, stdin is
+    /// the supervisor's terminal: the exec gets a terminal of its size in the guest.
     ///
     /// # Errors
-    /// A terminal (`tty`) is asked for (not built on this backend yet), a descriptor cannot
-    /// be copied, or the VM is gone.
+    /// A descriptor cannot be copied, the terminal cannot be made raw, or the VM is gone.
     pub fn exec(
         &self,
         id: u64,
@@ -196,18 +221,17 @@ impl LiveVm {
         stdio: [BorrowedFd<'_>; 3],
         tty: bool,
     ) -> Result<()> {
-        if tty {
-            return Err(Error::unavailable(
-                BackendKind::Microvm,
-                "terminals (tty execs) in live microVM sandboxes are not built yet; run the command without a tty, or use the process or container backend",
-            ));
-        }
         let copy = |fd: BorrowedFd<'_>| {
             fd.try_clone_to_owned()
                 .map_err(|e| Error::setup(SetupStage::Processes, "microvm live: copy stdio", e))
         };
         let [stdin, stdout, stderr] = stdio;
         let (stdin, stdout, stderr) = (copy(stdin)?, copy(stdout)?, copy(stderr)?);
+        let tty = if tty {
+            Some(raw_terminal(&stdin)?)
+        } else {
+            None
+        };
         let mut argv = command.argv;
         match argv.first_mut() {
             Some(first) => first.clone_from(&command.program),
@@ -237,6 +261,7 @@ impl LiveVm {
             argv,
             env,
             cwd: workdir.to_string_lossy().into_owned(),
+            tty,
         };
         if let Err(error) = self.send(&HostMsg::Exec(exec)) {
             let mut state = self.shared.lock();
@@ -250,6 +275,32 @@ impl LiveVm {
             .spawn(move || pump_stdin(id, File::from(stdin), &writer, &shared))
             .map_err(|e| Error::setup(SetupStage::Processes, "microvm live: stdin pump", e))?;
         Ok(())
+    }
+
+    /// Passes a resize of a tty exec's terminal (the supervisor resized its own) on to the
+    /// guest's.
+    ///
+    /// # Errors
+    /// The VM is gone.
+    pub fn resized(&self, pid: i32, rows: u16, cols: u16) -> Result<()> {
+        self.send(&HostMsg::Resize { pid, rows, cols })
+    }
+
+    /// Asks the agent for a TCP connection to `127.0.0.1:port` in the guest; the answer is
+    /// a [`LiveEvent::Connecting`] with the supervisor's end of the connection (a connected
+    /// socket) or [`LiveEvent::ConnectFailed`] with `id`.
+    ///
+    /// # Errors
+    /// No socket pair could be made, or the VM is gone.
+    pub fn connect(&self, id: u64, port: u16) -> Result<()> {
+        let pair = UnixStream::pair()
+            .map_err(|e| Error::internal("microvm live: a connection's socket pair", e))?;
+        self.shared.lock().connecting.insert(id, pair);
+        let sent = self.send(&HostMsg::Connect { id, port });
+        if sent.is_err() {
+            self.shared.lock().connecting.remove(&id);
+        }
+        sent
     }
 
     /// Sends `signal` to exec `pid`'s process group in the guest.
@@ -275,11 +326,8 @@ impl LiveVm {
         let mut byte = [0u8; 1];
         let read = rustix::io::read(&self.events, &mut byte)
             .map_err(|e| Error::internal("read the live VM's events", e.into()))?;
-        let mut state = self.shared.lock();
-        match (read, state.queue.pop_front()) {
-            (_, Some(event)) => Ok(Some((event, None))),
-            (_, None) => Ok(None),
-        }
+        let _ = read;
+        Ok(self.shared.lock().queue.pop_front())
     }
 
     /// Readable (end of file) once the agent's channel closed: the VM or its agent is gone.
@@ -387,11 +435,18 @@ fn send_frame(writer: &Mutex<UnixStream>, msg: &HostMsg) -> Result<()> {
 
 /// Reads the agent's messages until the channel closes; queues events (a byte each in
 /// `events`) and writes output to the execs' descriptors.
-fn read_agent(mut stream: UnixStream, mut decoder: Decoder, shared: &Shared, events: &File) {
-    let push = |event: LiveEvent| {
-        shared.lock().queue.push_back(event);
+fn read_agent(
+    mut stream: UnixStream,
+    mut decoder: Decoder,
+    shared: &Arc<Shared>,
+    events: &File,
+    writer: &Arc<Mutex<UnixStream>>,
+) {
+    let push_with = |event: LiveEvent, fd: Option<OwnedFd>| {
+        shared.lock().queue.push_back((event, fd));
         let _ = (&*events).write_all(b"e");
     };
+    let push = |event: LiveEvent| push_with(event, None);
     let mut buf = vec![0u8; 64 * 1024];
     'read: loop {
         loop {
@@ -443,6 +498,37 @@ fn read_agent(mut stream: UnixStream, mut decoder: Decoder, shared: &Shared, eve
                     shared.changed.notify_all();
                     push(LiveEvent::Exited { pid, wait_status });
                 }
+                AgentMsg::Connected { id } => {
+                    let pair = shared.lock().connecting.remove(&id);
+                    if let Some((theirs, ours)) = pair {
+                        carry_connection(id, ours, shared, writer);
+                        push_with(LiveEvent::Connecting { id }, Some(OwnedFd::from(theirs)));
+                    }
+                }
+                AgentMsg::ConnectFailed { id, errno } => {
+                    shared.lock().connecting.remove(&id);
+                    push(LiveEvent::ConnectFailed { id, errno });
+                }
+                AgentMsg::ConnData { id, data } => {
+                    let queue = shared.lock().conns.get(&id).cloned();
+                    match queue {
+                        Some(queue) => {
+                            let bytes = data.len() as u64;
+                            if queue.send(data).is_err() {
+                                let _ = send_frame(writer, &HostMsg::ConnTaken { id, bytes });
+                            }
+                        }
+                        // Gone on our side: taken, so the agent does not wait for it.
+                        None => {
+                            let bytes = data.len() as u64;
+                            let _ = send_frame(writer, &HostMsg::ConnTaken { id, bytes });
+                        }
+                    }
+                }
+                AgentMsg::ConnEnd { id } => {
+                    shared.lock().conns.remove(&id);
+                }
+                AgentMsg::ConnTaken { id, bytes } => shared.conn_window.give_back(id, bytes),
                 AgentMsg::Error { message } => {
                     tracing::warn!("live microVM agent: {message}");
                 }
@@ -458,10 +544,92 @@ fn read_agent(mut stream: UnixStream, mut decoder: Decoder, shared: &Shared, eve
     }
     let mut state = shared.lock();
     state.gone = true;
-    // The host ends close: every reader of an exec's output sees end of file.
+    // The host ends close: every reader of an exec's output sees end of file, every
+    // connection ends.
     state.outs.clear();
+    state.conns.clear();
+    state.connecting.clear();
     drop(state);
     shared.changed.notify_all();
+    shared.conn_window.wake();
+}
+
+/// Carries connection `id` between `ours` (the other end is the supervisor's) and the
+/// agent: a writer thread delivers the guest's bytes (acknowledging each chunk, delivered
+/// or not), a pump sends what the supervisor writes within the window, then half-closes.
+fn carry_connection(
+    id: u64,
+    ours: UnixStream,
+    shared: &Arc<Shared>,
+    writer: &Arc<Mutex<UnixStream>>,
+) {
+    let (Ok(mut deliver), Ok(mut source)) = (ours.try_clone(), ours.try_clone()) else {
+        let _ = send_frame(writer, &HostMsg::ConnEnd { id });
+        return;
+    };
+    let (queue, queued) = std::sync::mpsc::sync_channel::<Vec<u8>>(64);
+    shared.lock().conns.insert(id, queue);
+    {
+        let writer = Arc::clone(writer);
+        let spawned = thread::Builder::new()
+            .name("strata-live-vm-conn".into())
+            .spawn(move || {
+                for chunk in queued {
+                    let _ = deliver.write_all(&chunk);
+                    let bytes = chunk.len() as u64;
+                    if send_frame(&writer, &HostMsg::ConnTaken { id, bytes }).is_err() {
+                        break;
+                    }
+                }
+                let _ = deliver.shutdown(std::net::Shutdown::Write);
+            });
+        if spawned.is_err() {
+            shared.lock().conns.remove(&id);
+        }
+    }
+    let (writer, shared) = (Arc::clone(writer), Arc::clone(shared));
+    let _ = thread::Builder::new()
+        .name("strata-live-vm-conn".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match source.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if !shared.conn_window.take(id, n as u64, || shared.lock().gone) {
+                    break;
+                }
+                let data = buf[..n].to_vec();
+                if send_frame(&writer, &HostMsg::ConnData { id, data }).is_err() {
+                    break;
+                }
+            }
+            let _ = send_frame(&writer, &HostMsg::ConnEnd { id });
+            shared.conn_window.forget(id);
+            drop(ours);
+        });
+}
+
+/// Makes the supervisor's terminal (`slave`) raw, so the guest terminal's bytes pass
+/// unchanged, and returns its size.
+fn raw_terminal(slave: &OwnedFd) -> Result<TermSize> {
+    let failed = |e: rustix::io::Errno| {
+        Error::setup(
+            SetupStage::Processes,
+            "microvm live: the exec's terminal",
+            e.into(),
+        )
+    };
+    let mut termios = rustix::termios::tcgetattr(slave).map_err(failed)?;
+    termios.make_raw();
+    rustix::termios::tcsetattr(slave, rustix::termios::OptionalActions::Now, &termios)
+        .map_err(failed)?;
+    let size = rustix::termios::tcgetwinsize(slave).map_err(failed)?;
+    Ok(TermSize {
+        rows: size.ws_row,
+        cols: size.ws_col,
+    })
 }
 
 /// Carries exec `id`'s stdin from `source` to the guest, at most [`STDIN_WINDOW`] bytes

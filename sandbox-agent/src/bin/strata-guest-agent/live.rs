@@ -9,6 +9,7 @@
 //! The host closing the channel kills every exec's process group.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -17,9 +18,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
-use sandbox_agent::protocol::{AgentMsg, Decoder, GuestRlimits, HostMsg, LiveExec, OutStream};
+use sandbox_agent::protocol::{
+    AgentMsg, Decoder, GuestRlimits, HostMsg, LiveExec, OutStream, TermSize,
+};
 use sandbox_agent::Place;
 
+use crate::conn::Conns;
 use crate::{kill_group, oom_score_adj, read_msg, send, set_clock, set_rlimits, Port, Reader};
 
 /// Stdin chunks queued per exec before the writer blocks (the host's window keeps far
@@ -31,6 +35,8 @@ struct Exec {
     id: u64,
     /// Its stdin queue; `None` once the host ended it or the writer stopped.
     stdin: Option<SyncSender<Vec<u8>>>,
+    /// Its terminal's master, for a tty exec.
+    terminal: Option<Arc<File>>,
 }
 
 /// The running execs by pid (an exec is recorded before the reaper can see it end: the
@@ -64,6 +70,7 @@ pub(crate) fn serve(
     rlimits: GuestRlimits,
 ) {
     let shared = Arc::new(Shared::default());
+    let conns = Arc::new(Conns::default());
     {
         let shared = Arc::clone(&shared);
         let port = Arc::clone(port);
@@ -99,6 +106,23 @@ pub(crate) fn serve(
                 }
             }
             HostMsg::SetClock { unix_ns } => set_clock(unix_ns),
+            HostMsg::Resize { pid, rows, cols } => {
+                let terminal = shared
+                    .lock()
+                    .execs
+                    .get(&pid)
+                    .and_then(|exec| exec.terminal.clone());
+                if let Some(terminal) = terminal {
+                    set_size(&terminal, TermSize { rows, cols });
+                }
+            }
+            HostMsg::Connect {
+                id,
+                port: guest_port,
+            } => conns.open(port, id, guest_port),
+            HostMsg::ConnData { id, data } => conns.data(id, data),
+            HostMsg::ConnEnd { id } => conns.end(id),
+            HostMsg::ConnTaken { id, bytes } => conns.taken(id, bytes),
             HostMsg::Kill => kill_all(&shared),
             HostMsg::Hello { .. }
             | HostMsg::Run(_)
@@ -109,6 +133,7 @@ pub(crate) fn serve(
             }
         }
     }
+    conns.close_all();
     kill_all(&shared);
 }
 
@@ -128,7 +153,13 @@ fn signal_group(pid: i32, signal: i32) {
 
 /// Starts `exec`; answers [`AgentMsg::Started`] or [`AgentMsg::ExecFailed`].
 fn start(place: Place, port: &Port, shared: &Arc<Shared>, exec: LiveExec, limits: GuestRlimits) {
-    let LiveExec { id, argv, env, cwd } = exec;
+    let LiveExec {
+        id,
+        argv,
+        env,
+        cwd,
+        tty,
+    } = exec;
     let Some((program, args)) = argv.split_first() else {
         send(
             port,
@@ -143,16 +174,45 @@ fn start(place: Place, port: &Port, shared: &Arc<Shared>, exec: LiveExec, limits
     cmd.args(args)
         .env_clear()
         .envs(&env)
-        .current_dir(if cwd.is_empty() { "/" } else { cwd.as_str() })
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .current_dir(if cwd.is_empty() { "/" } else { cwd.as_str() });
+    let terminal = match tty.map(open_terminal).transpose() {
+        Ok(Some((master, slave))) => {
+            let stdio = (slave.try_clone(), slave.try_clone());
+            let (Ok(out), Ok(err)) = stdio else {
+                send(
+                    port,
+                    &AgentMsg::ExecFailed {
+                        id,
+                        errno: libc::EMFILE,
+                    },
+                );
+                return;
+            };
+            cmd.stdin(slave).stdout(out).stderr(err);
+            Some(Arc::new(master))
+        }
+        Ok(None) => {
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            None
+        }
+        Err(errno) => {
+            send(port, &AgentMsg::ExecFailed { id, errno });
+            return;
+        }
+    };
     let first_pick = place == Place::Vm;
-    // SAFETY: the closure runs between fork and exec; it makes only setsid, setrlimit and
-    // open/write/close system calls (async-signal-safe) and allocates nothing.
+    let controlling = terminal.is_some();
+    // SAFETY: the closure runs between fork and exec; it makes only setsid, ioctl,
+    // setrlimit and open/write/close system calls (async-signal-safe) and allocates
+    // nothing.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid().map_err(std::io::Error::from)?;
+            if controlling && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             set_rlimits(limits)?;
             if first_pick {
                 // The guest's OOM killer takes a tool, never the agent.
@@ -184,12 +244,18 @@ fn start(place: Place, port: &Port, shared: &Arc<Shared>, exec: LiveExec, limits
         Exec {
             id,
             stdin: Some(queue),
+            terminal: terminal.clone(),
         },
     );
     table.ids.insert(id, pid);
     drop(table);
     shared.started.notify_all();
+    drop(cmd);
     send(port, &AgentMsg::Started { id, pid });
+    if let Some(master) = terminal {
+        serve_terminal(port, id, master, queued);
+        return;
+    }
     if let Some(mut stdin) = child.stdin.take() {
         let port = Arc::clone(port);
         thread::spawn(move || {
@@ -304,4 +370,97 @@ pub(crate) fn probe_rlimits(limits: GuestRlimits) -> Option<GuestRlimits> {
     let _ = child.kill();
     let _ = child.wait();
     seen
+}
+
+/// A new terminal of `size`: its master and slave (both close-on-exec; the slave becomes
+/// the exec's stdio through dup2, which clears the flag).
+fn open_terminal(size: TermSize) -> Result<(File, File), i32> {
+    let (mut master, mut slave) = (-1, -1);
+    let winsize = libc::winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two descriptors into the given integers and reads the winsize;
+    // name and termios are null (not wanted).
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &winsize,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENXIO));
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: openpty succeeded: both descriptors are fresh and owned by nobody else.
+    let (master, slave) = unsafe { (File::from_raw_fd(master), File::from_raw_fd(slave)) };
+    for fd in [&master, &slave] {
+        use std::os::fd::AsRawFd;
+        // SAFETY: sets FD_CLOEXEC on a descriptor this function owns.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok((master, slave))
+}
+
+/// Sets the terminal size of `master`.
+fn set_size(master: &File, size: TermSize) {
+    use std::os::fd::AsRawFd;
+    let winsize = libc::winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads a winsize; the descriptor is open for the whole call.
+    unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &winsize) };
+}
+
+/// A tty exec's terminal: the host's input to its master, its output (the master's reads)
+/// as the exec's stdout until the terminal closes (EIO once every slave is closed).
+fn serve_terminal(
+    port: &Port,
+    id: u64,
+    master: Arc<File>,
+    queued: std::sync::mpsc::Receiver<Vec<u8>>,
+) {
+    send(
+        port,
+        &AgentMsg::OutputEnd {
+            id,
+            stream: OutStream::Stderr,
+        },
+    );
+    {
+        let (port, master) = (Arc::clone(port), Arc::clone(&master));
+        thread::spawn(move || {
+            for chunk in queued {
+                if (&*master).write_all(&chunk).is_err() {
+                    break;
+                }
+                let bytes = chunk.len() as u64;
+                send(&port, &AgentMsg::InputTaken { id, bytes });
+            }
+        });
+    }
+    let port = Arc::clone(port);
+    thread::spawn(move || {
+        let reader: Box<dyn Read + Send> = Box::new(TerminalReader(master));
+        forward(reader, id, OutStream::Stdout, &port);
+    });
+}
+
+/// Reads a terminal's master through a shared handle.
+struct TerminalReader(Arc<File>);
+
+impl Read for TerminalReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        (&*self.0).read(buf)
+    }
 }

@@ -33,6 +33,7 @@
 //!
 //! Linux only; runs as root in a VM, as the pod's user in a pod.
 
+mod conn;
 mod live;
 
 use std::fs::{File, OpenOptions};
@@ -190,6 +191,9 @@ fn serve_one(place: Place, port: &Port, mut reader: Reader) -> bool {
         return refuse(port, &message);
     }
     if live {
+        if place == Place::Vm {
+            mount_devpts();
+        }
         let mut seen = applied(&request, None);
         seen.rlimits = live::probe_rlimits(request.rlimits);
         send(port, &AgentMsg::Applied { applied: seen });
@@ -305,6 +309,23 @@ fn network_up(network: bool) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Mounts a devpts at `/dev/pts` (the guest's `/init` mounts none), so a live sandbox's
+/// tty execs get terminals; `/dev/ptmx` finds it there. A failure leaves tty execs failing
+/// to open a terminal, and says so on the console.
+fn mount_devpts() {
+    use rustix::mount::{mount, MountFlags};
+    let _ = std::fs::create_dir_all("/dev/pts");
+    if let Err(e) = mount(
+        "devpts",
+        "/dev/pts",
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        Some(c"ptmxmode=0666,mode=0620"),
+    ) {
+        eprintln!("strata-guest-agent: mount devpts: {e}");
+    }
 }
 
 /// Sets the guest's wall clock to the host's (a restored VM wakes with the snapshot's).
