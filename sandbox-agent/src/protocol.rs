@@ -129,6 +129,120 @@ pub enum HostMsg {
         /// How many.
         bytes: u64,
     },
+    /// A file operation in the guest; the answer is [`AgentMsg::FileDone`] with `id`.
+    File {
+        /// The host's number for this operation.
+        id: u64,
+        /// What to do.
+        op: GuestFileOp,
+    },
+}
+
+/// A file operation in a live guest. Paths are absolute guest paths; the last component is
+/// never followed when it is a symlink (`lstat`, `O_NOFOLLOW`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GuestFileOp {
+    /// At most `len` bytes of a regular file from `offset`.
+    Read {
+        /// The file.
+        path: String,
+        /// Where to start.
+        offset: u64,
+        /// How many bytes at most (at most [`CHUNK`] * 4).
+        len: u64,
+    },
+    /// Writes `data` at `offset`; offset 0 creates or truncates the file (mode `mode`, 0:
+    /// 0644), making missing parents.
+    Write {
+        /// The file.
+        path: String,
+        /// Where to write.
+        offset: u64,
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+        /// Permission bits of a new file.
+        #[serde(default)]
+        mode: u32,
+    },
+    /// A directory's entries.
+    List {
+        /// The directory.
+        path: String,
+    },
+    /// One entry.
+    Stat {
+        /// The entry.
+        path: String,
+    },
+    /// Makes a directory (with `parents`, missing parents too, an existing one is fine).
+    Mkdir {
+        /// The directory.
+        path: String,
+        /// Make parents.
+        parents: bool,
+        /// Permission bits (0: 0755).
+        #[serde(default)]
+        mode: u32,
+    },
+    /// Renames an entry.
+    Rename {
+        /// The entry.
+        from: String,
+        /// Its new path.
+        to: String,
+    },
+    /// Removes a file, symlink or directory tree.
+    Remove {
+        /// The entry.
+        path: String,
+    },
+}
+
+/// One entry a guest file operation describes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestEntry {
+    /// Its name.
+    pub name: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    /// `st_size`.
+    pub size: u64,
+    /// `st_mode & 0o7777`.
+    pub mode: u32,
+}
+
+/// What a guest file operation came to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GuestFileResult {
+    /// Done.
+    Ok,
+    /// A read's bytes (fewer than asked at the end of the file).
+    Data {
+        /// The bytes (base64 in JSON).
+        #[serde(with = "b64")]
+        data: Vec<u8>,
+    },
+    /// A directory's entries.
+    Entries {
+        /// The entries.
+        entries: Vec<GuestEntry>,
+    },
+    /// One entry.
+    Entry {
+        /// The entry.
+        entry: GuestEntry,
+    },
+    /// Failed.
+    Failed {
+        /// The OS error number.
+        errno: i32,
+        /// The OS error text.
+        message: String,
+    },
 }
 
 /// Bytes of one connection's data either side sends ahead of what the other side took.
@@ -387,6 +501,13 @@ pub enum AgentMsg {
         /// How many.
         bytes: u64,
     },
+    /// File operation `id` is done.
+    FileDone {
+        /// The operation.
+        id: u64,
+        /// How it went.
+        result: GuestFileResult,
+    },
     /// The agent refused or failed; nothing more follows.
     Error {
         /// What went wrong.
@@ -632,6 +753,15 @@ mod tests {
                 pid: 41,
                 rows: 50,
                 cols: 132,
+            },
+            HostMsg::File {
+                id: 5,
+                op: GuestFileOp::Write {
+                    path: "/tmp/a".into(),
+                    offset: 0,
+                    data: vec![1, 2],
+                    mode: 0o600,
+                },
             },
             HostMsg::Input {
                 id: 3,

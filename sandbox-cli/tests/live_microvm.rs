@@ -267,11 +267,46 @@ fn a_live_microvm_keeps_one_vm_for_every_exec_pauses_it_and_leaves_nothing_after
     assert_eq!(body.len(), 3_000_000, "the whole body");
     assert!(body.bytes().all(|b| b == b'a'), "the body unchanged");
 
-    // What this backend does not do yet is refused, typed, naming it.
-    let out = live.strata(&["cp", "/etc/hostname", &format!("{id}:/tmp/x")]);
+    // Files in and out: a file, and a tree whose symlink is not followed out.
+    let out = live.strata(&["cp", "/etc/hostname", &format!("{id}:/tmp/host-name")]);
+    assert!(out.status.success(), "cp in: {}", text(&out.stderr));
+    let out = live.strata(&["exec", &id, "--", "cat", "/tmp/host-name"]);
+    assert_eq!(
+        out.stdout,
+        std::fs::read("/etc/hostname").expect("hostname"),
+        "{}",
+        text(&out.stderr)
+    );
+    let tree = "mkdir -p /tmp/t/sub && echo one > /tmp/t/a && echo two > /tmp/t/sub/b && ln -s /etc/passwd /tmp/t/link";
+    let out = live.strata(&["exec", &id, "--", "sh", "-c", tree]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let host = tempfile::tempdir().expect("tempdir");
+    let copy = host.path().join("out");
+    let out = live.strata(&["cp", &format!("{id}:/tmp/t"), copy.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "cp out: {}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(copy.join("a")).expect("a"), "one\n");
+    assert_eq!(
+        std::fs::read_to_string(copy.join("sub/b")).expect("sub/b"),
+        "two\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(copy.join("link")).is_err(),
+        "a guest symlink is not copied out"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(copy.join("a"))
+        .expect("a")
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "what Strata makes on the host is owner-only"
+    );
+    let out = live.strata(&["cp", &format!("{id}:/no/such"), "./x"]);
     assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("microVM"),
+        text(&out.stderr).contains("not found"),
         "{}",
         text(&out.stderr)
     );

@@ -111,6 +111,15 @@ pub(crate) fn serve(context: &Context, request: FileRequest) -> Reply {
 fn run(context: &Context, request: FileRequest) -> Result<Reply, Error> {
     let workdir = workdir(context)?;
     let inside = |path: &str| relative(path, &workdir);
+    let vm = context
+        .sandbox
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(crate::held::Held::vm_files);
+    if let Some(vm) = vm {
+        return run_in_vm(&vm, request, &workdir);
+    }
     match request {
         FileRequest::Read { path } => {
             let data = tree(context, MAX_INLINE)?.read_file(&inside(&path)?)?;
@@ -155,6 +164,69 @@ fn run(context: &Context, request: FileRequest) -> Result<Reply, Error> {
         FileRequest::Download { path, host } => {
             let host = absolute_host(&host)?;
             let transfer = tree(context, MAX_TRANSFER)?.download(&inside(&path)?, &host)?;
+            Ok(Reply::Transferred { transfer })
+        }
+        FileRequest::Watch { .. } => Err(Error::invalid("watch is served as a stream")),
+    }
+}
+
+/// Serves `request` on a microVM's files (through its agent), with the same paths and
+/// limits.
+fn run_in_vm(
+    vm: &sandbox_vm::VmFiles,
+    request: FileRequest,
+    workdir: &Path,
+) -> Result<Reply, Error> {
+    let guest = |path: &str| -> Result<String, Error> {
+        Ok(format!("/{}", relative(path, workdir)?.display()))
+    };
+    match request {
+        FileRequest::Read { path } => Ok(Reply::FileData {
+            data: encode(&vm.read_file(&guest(&path)?, MAX_INLINE)?),
+        }),
+        FileRequest::Write { path, data } => {
+            let bytes = decode(&data)?;
+            if bytes.len() as u64 > MAX_INLINE {
+                return Err(Error::invalid(format!(
+                    "write: {} bytes, more than the {MAX_INLINE} one write carries (upload it)",
+                    bytes.len()
+                )));
+            }
+            vm.write_file(&guest(&path)?, &bytes)?;
+            Ok(Reply::Ok)
+        }
+        FileRequest::List { path } => Ok(Reply::Entries {
+            entries: vm.list(&guest(&path)?)?,
+        }),
+        FileRequest::Stat { path } => Ok(Reply::Entry {
+            entry: vm.stat(&guest(&path)?)?,
+        }),
+        FileRequest::Mkdir { path, parents } => {
+            vm.mkdir(&guest(&path)?, parents)?;
+            Ok(Reply::Ok)
+        }
+        FileRequest::Rename { from, to } => {
+            vm.rename(&guest(&from)?, &guest(&to)?)?;
+            Ok(Reply::Ok)
+        }
+        FileRequest::Remove { path } => {
+            let path = guest(&path)?;
+            if path == "/" {
+                return Err(Error::invalid(
+                    "remove: refusing to remove the sandbox's root",
+                ));
+            }
+            vm.remove(&path)?;
+            Ok(Reply::Ok)
+        }
+        FileRequest::Upload { host, path } => {
+            let host = absolute_host(&host)?;
+            let transfer = vm.upload(&host, &guest(&path)?, MAX_TRANSFER)?;
+            Ok(Reply::Transferred { transfer })
+        }
+        FileRequest::Download { path, host } => {
+            let host = absolute_host(&host)?;
+            let transfer = vm.download(&guest(&path)?, &host, MAX_TRANSFER)?;
             Ok(Reply::Transferred { transfer })
         }
         FileRequest::Watch { .. } => Err(Error::invalid("watch is served as a stream")),

@@ -1,7 +1,8 @@
 //! The sandbox a supervisor holds: the process backend's [`LiveProcess`] (the container
 //! backend's native runtime is one too) or the microVM backend's [`LiveVm`]. Both take execs
 //! with the supervisor's stdio descriptors and report init-style events; what only one of
-//! them can do yet (files on the microVM) is refused with a typed error naming the backend.
+//! them can do yet (watching files on the microVM) is refused with a typed error naming the
+//! backend.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -125,17 +126,27 @@ impl Held {
         }
     }
 
-    /// The sandbox's files, seen from the host.
+    /// The sandbox's files, seen from the host (a microVM's go through its agent: see
+    /// [`Held::vm_files`]).
     ///
     /// # Errors
-    /// On the microVM backend (not built yet), or as [`LiveProcess::files`].
+    /// On the microVM backend for what only a host view serves (watches), or as
+    /// [`LiveProcess::files`].
     pub(crate) fn files(&self, max_transfer: u64) -> Result<FileTree> {
         match self {
             Held::Process(p) => p.files(max_transfer),
             Held::Vm(_) => Err(Error::unavailable(
                 BackendKind::Microvm,
-                "file operations (read, write, list, cp, watch) on live microVM sandboxes are not built yet; exec a command (cat, tee, ls) in it, or use the process or container backend",
+                "watching files in live microVM sandboxes is not built yet; poll with list or stat, or use the process or container backend",
             )),
+        }
+    }
+
+    /// A microVM's file handle (`None` on the other backends).
+    pub(crate) fn vm_files(&self) -> Option<sandbox_vm::VmFiles> {
+        match self {
+            Held::Process(_) => None,
+            Held::Vm(v) => Some(v.files()),
         }
     }
 

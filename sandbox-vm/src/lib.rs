@@ -14,7 +14,7 @@
 //! time), [`grants`] (host directories as
 //! disk images, read-write ones written back through a filter), [`input`] (the image or
 //! module an inner run needs, on the input disk), [`live`] (a VM that stays up for a live
-//! sandbox), `backend` ([`MicrovmBackend`]).
+//! sandbox; [`live_files`] its files), `backend` ([`MicrovmBackend`]).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -25,6 +25,7 @@ pub mod grants;
 pub mod input;
 pub mod leftovers;
 pub mod live;
+pub mod live_files;
 pub mod pool;
 pub mod probe;
 pub mod qemu;
@@ -34,5 +35,6 @@ pub mod vmm;
 
 pub use backend::{MicrovmBackend, DEFAULT_CONSOLE_CAP, DEFAULT_READY_TIMEOUT, MIN_GUEST_MIB};
 pub use live::LiveVm;
+pub use live_files::VmFiles;
 pub use sandbox_agent::Carrier;
 pub use vmm::{Accel, Disk, NetRelay, VmConfig, VmInstance, Vmm};

@@ -15,7 +15,8 @@
 //! supervisor gets one end of a socket pair whose other end is carried over the channel,
 //! with a [`Window`] each way.
 //!
-//! Not yet on this backend (typed refusals, see the supervisor): files and file grants.
+//! Files go through the agent too ([`crate::live_files`]); not yet on this backend (typed
+//! refusals): watches and file grants.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
@@ -82,6 +83,10 @@ struct Shared {
     changed: Condvar,
     /// Connection bytes sent to the guest and not yet written there.
     conn_window: Window,
+    /// Answers of file operations.
+    answers: Arc<crate::live_files::Answers>,
+    /// The next file operation's id (shared by every files handle).
+    file_ids: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Shared {
@@ -90,6 +95,8 @@ impl Default for Shared {
             state: Mutex::default(),
             changed: Condvar::new(),
             conn_window: Window::new(CONN_WINDOW),
+            answers: Arc::default(),
+            file_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         }
     }
 }
@@ -303,6 +310,18 @@ impl LiveVm {
         sent
     }
 
+    /// A handle on the guest's files (see [`crate::live_files`]), usable without holding
+    /// the sandbox.
+    pub fn files(&self) -> crate::live_files::VmFiles {
+        let shared = Arc::clone(&self.shared);
+        crate::live_files::VmFiles {
+            writer: Arc::clone(&self.writer),
+            answers: Arc::clone(&self.shared.answers),
+            next: Arc::clone(&self.shared.file_ids),
+            gone: Arc::new(move || shared.lock().gone),
+        }
+    }
+
     /// Sends `signal` to exec `pid`'s process group in the guest.
     ///
     /// # Errors
@@ -427,7 +446,7 @@ fn gone() -> Error {
     )
 }
 
-fn send_frame(writer: &Mutex<UnixStream>, msg: &HostMsg) -> Result<()> {
+pub(crate) fn send_frame(writer: &Mutex<UnixStream>, msg: &HostMsg) -> Result<()> {
     let frame = encode(msg).map_err(|e| Error::invalid(format!("live exec: {e}")))?;
     let mut stream = writer.lock().unwrap_or_else(|e| e.into_inner());
     stream.write_all(&frame).map_err(|_| gone())
@@ -529,6 +548,7 @@ fn read_agent(
                     shared.lock().conns.remove(&id);
                 }
                 AgentMsg::ConnTaken { id, bytes } => shared.conn_window.give_back(id, bytes),
+                AgentMsg::FileDone { id, result } => shared.answers.answer(id, result),
                 AgentMsg::Error { message } => {
                     tracing::warn!("live microVM agent: {message}");
                 }
@@ -552,6 +572,7 @@ fn read_agent(
     drop(state);
     shared.changed.notify_all();
     shared.conn_window.wake();
+    shared.answers.wake();
 }
 
 /// Carries connection `id` between `ours` (the other end is the supervisor's) and the

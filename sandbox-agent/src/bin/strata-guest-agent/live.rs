@@ -123,6 +123,7 @@ pub(crate) fn serve(
             HostMsg::ConnData { id, data } => conns.data(id, data),
             HostMsg::ConnEnd { id } => conns.end(id),
             HostMsg::ConnTaken { id, bytes } => conns.taken(id, bytes),
+            HostMsg::File { id, op } => crate::files::serve(port, id, op),
             HostMsg::Kill => kill_all(&shared),
             HostMsg::Hello { .. }
             | HostMsg::Run(_)

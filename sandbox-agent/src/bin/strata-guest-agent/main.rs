@@ -34,6 +34,7 @@
 //! Linux only; runs as root in a VM, as the pod's user in a pod.
 
 mod conn;
+mod files;
 mod live;
 
 use std::fs::{File, OpenOptions};
