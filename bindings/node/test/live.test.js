@@ -176,3 +176,28 @@ describe('LiveSandbox', () => {
     }
   })
 })
+
+describe('LiveSandbox on the microVM backend', () => {
+  test('every exec runs in one VM; pause stops its vCPUs; files go through the guest agent', async () => {
+    const root = path.resolve(__dirname, '..', '..', '..')
+    const target = process.env.CARGO_TARGET_DIR || path.join(root, 'target')
+    const agent = path.join(target, 'release', 'strata-guest-agent')
+    assert.ok(fs.existsSync(agent), `${agent} missing: cargo build --release --workspace --bins`)
+    execFileSync(path.join(root, 'scripts', 'build-vm-guest.sh'), { stdio: 'ignore' })
+    process.env.STRATA_VM_AGENT = agent
+    const live = await new Sandbox({ backend: 'microvm' }).start()
+    try {
+      assert.equal((await live.info()).backend, 'microvm')
+      const boot = (await live.exec(['cat', '/proc/sys/kernel/random/boot_id'])).stdout.toString()
+      await live.writeFile('/tmp/in.txt', 'from node')
+      const again = await live.exec(['sh', '-c', 'cat /tmp/in.txt; echo; cat /proc/sys/kernel/random/boot_id'])
+      assert.equal(again.stdout.toString(), `from node\n${boot}`)
+      assert.equal((await live.readFile('/tmp/in.txt')).toString(), 'from node')
+      assert.equal(await live.pause(), 'vm')
+      await live.resume()
+      assert.equal((await live.exec(['true'])).exitCode, 0)
+    } finally {
+      await live.stop()
+    }
+  })
+})

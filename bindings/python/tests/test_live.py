@@ -185,3 +185,33 @@ def test_a_live_sandbox_under_a_tier_refuses_a_program_beyond_it_and_audits_ever
     assert ("echo approved", "started") in execs and ("echo approved", "exited 0") in execs
     assert any(c == "uname" and s.startswith("refused") for c, s in execs), execs
     assert strata.verify_audit(audit)["records"] == len(kinds)
+
+
+def test_a_live_microvm_keeps_one_vm_pauses_its_vcpus_and_serves_files(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The microVM backend from Python: every exec in one VM (one boot id), pause stops the
+    VM's vCPUs ("vm"), files go through the guest agent, and stop switches the VM off."""
+    import os
+
+    root = Path(__file__).resolve().parents[3]
+    target = Path(os.environ.get("CARGO_TARGET_DIR", root / "target"))
+    agent = target / "release" / "strata-guest-agent"
+    assert agent.is_file(), f"{agent} missing: cargo build --release --workspace --bins"
+    built = subprocess.run(
+        [str(root / "scripts" / "build-vm-guest.sh")], capture_output=True, text=True
+    )
+    assert built.returncode == 0, "scripts/build-vm-guest.sh failed:\n" + built.stderr
+    monkeypatch.setenv("STRATA_VM_AGENT", str(agent))
+    vm = strata.Sandbox(backend="microvm")
+    with vm.start() as live:
+        assert live.info()["backend"] == "microvm"
+        boot = live.exec(["cat", "/proc/sys/kernel/random/boot_id"])["stdout"]
+        live.write_file("/tmp/in.txt", b"from python")
+        again = live.exec(["sh", "-c", "cat /tmp/in.txt; echo; cat /proc/sys/kernel/random/boot_id"])
+        assert again["stdout"] == b"from python\n" + boot
+        assert live.read_file("/tmp/in.txt") == b"from python"
+        assert live.pause() == "vm"
+        live.resume()
+        assert live.exec(["true"])["exit_code"] == 0
+    assert live.stopped
