@@ -129,6 +129,10 @@ pub enum HostMsg {
         /// How many.
         bytes: u64,
     },
+    /// The live sandbox ends: kill every exec, then send each read-write mount's tree back
+    /// ([`AgentMsg::Archive`] chunks and one [`AgentMsg::ArchiveEnd`] per mount, as after a
+    /// run).
+    Finish,
     /// A file operation in the guest; the answer is [`AgentMsg::FileDone`] with `id`.
     File {
         /// The host's number for this operation.
@@ -743,6 +747,7 @@ mod tests {
                 tty: Some(TermSize { rows: 24, cols: 80 }),
             }),
             HostMsg::Connect { id: 4, port: 8000 },
+            HostMsg::Finish,
             HostMsg::ConnData {
                 id: 4,
                 data: b"GET /".to_vec(),

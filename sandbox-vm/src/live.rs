@@ -63,8 +63,9 @@ pub struct LiveVm {
     paused: bool,
     vmm_pid: Option<u32>,
     egress: Option<sandbox_os::RunEgress>,
-    /// The VM's files (sockets, disks); removed when the sandbox is dropped.
-    _dir: PrivateDir,
+    writable: Vec<crate::grants::WritableGrant>,
+    /// The VM's files (sockets, disks, archives); removed when the sandbox is dropped.
+    dir: PrivateDir,
 }
 
 impl std::fmt::Debug for LiveVm {
@@ -120,6 +121,68 @@ struct State {
     finished: HashSet<u64>,
     /// The channel closed: the agent (or the VM) is gone.
     gone: bool,
+    /// Read-write grants coming back at the end, by mount index.
+    archives: HashMap<u32, ArchiveIn>,
+}
+
+/// One read-write grant's tree coming back from the guest (a tar stream into a file).
+struct ArchiveIn {
+    path: PathBuf,
+    cap: u64,
+    file: Option<File>,
+    written: u64,
+    failed: Option<String>,
+    done: Option<std::result::Result<PathBuf, String>>,
+}
+
+impl ArchiveIn {
+    fn push(&mut self, data: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.written += data.len() as u64;
+        if self.written > self.cap {
+            self.failed = Some(format!("the archive passed its {} bytes", self.cap));
+            self.file = None;
+            return;
+        }
+        if self.file.is_none() {
+            use std::os::unix::fs::OpenOptionsExt;
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&self.path)
+            {
+                Ok(file) => self.file = Some(file),
+                Err(e) => {
+                    self.failed = Some(format!("write {}: {e}", self.path.display()));
+                    return;
+                }
+            }
+        }
+        if let Some(file) = self.file.as_mut() {
+            if let Err(e) = file.write_all(data) {
+                self.failed = Some(format!("write {}: {e}", self.path.display()));
+                self.file = None;
+            }
+        }
+    }
+
+    fn end(&mut self, error: Option<String>) {
+        if let Some(file) = self.file.take() {
+            if let Err(e) = file.sync_all() {
+                self.failed
+                    .get_or_insert(format!("write {}: {e}", self.path.display()));
+            }
+        }
+        self.done = Some(match (error, self.failed.take()) {
+            (Some(why), _) => Err(format!("the guest could not archive it: {why}")),
+            (None, Some(why)) => Err(why),
+            (None, None) if self.written == 0 => Err("the guest sent an empty archive".into()),
+            (None, None) => Ok(self.path.clone()),
+        });
+    }
 }
 
 /// [`OutStream`] as a map key.
@@ -151,6 +214,8 @@ pub(crate) struct LiveParts {
     pub(crate) workdir: PathBuf,
     pub(crate) egress: Option<sandbox_os::RunEgress>,
     pub(crate) dir: PrivateDir,
+    /// The read-write grants, written back from the guest when the sandbox stops.
+    pub(crate) writable: Vec<crate::grants::WritableGrant>,
 }
 
 impl LiveVm {
@@ -194,7 +259,8 @@ impl LiveVm {
             paused: false,
             vmm_pid,
             egress: parts.egress,
-            _dir: parts.dir,
+            writable: parts.writable,
+            dir: parts.dir,
         })
     }
 
@@ -406,6 +472,7 @@ impl LiveVm {
     /// switched off and its files removed. Returns the egress decisions of its life, when
     /// it had an allowlist.
     pub fn stop(mut self) -> Option<(NetworkReceipt, Vec<Denial>)> {
+        self.write_back();
         self.shutdown();
         self.egress.take().map(|egress| {
             egress.finish_as(format!(
@@ -413,6 +480,88 @@ impl LiveVm {
                 NetRelay::GUEST_PROXY
             ))
         })
+    }
+
+    /// Brings the read-write grants back: the agent kills every process and sends each
+    /// grant's tree, which is applied to the host directory through the grants' filter
+    /// ([`crate::grants::apply`]). What could not be written back is logged, naming the
+    /// host directory.
+    fn write_back(&mut self) {
+        if self.writable.is_empty() {
+            return;
+        }
+        {
+            let mut state = self.shared.lock();
+            for grant in &self.writable {
+                state.archives.insert(
+                    grant.mount,
+                    ArchiveIn {
+                        path: self
+                            .dir
+                            .path()
+                            .join(format!("live-archive{}.tar", grant.mount)),
+                        cap: grant.image_size + (16 << 20),
+                        file: None,
+                        written: 0,
+                        failed: None,
+                        done: None,
+                    },
+                );
+            }
+        }
+        if self.paused {
+            let _ = self.resume();
+        }
+        let asked = self.send(&HostMsg::Finish).is_ok();
+        let deadline = std::time::Instant::now() + sandbox_agent::driver::ARCHIVE_TIMEOUT;
+        let mut state = self.shared.lock();
+        while asked
+            && !state.gone
+            && std::time::Instant::now() < deadline
+            && state.archives.values().any(|a| a.done.is_none())
+        {
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, PUMP_POLL)
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        let results: Vec<_> = self
+            .writable
+            .iter()
+            .map(|grant| {
+                state
+                    .archives
+                    .get_mut(&grant.mount)
+                    .and_then(|a| a.done.take())
+                    .unwrap_or_else(|| Err("the guest did not send it back in time".into()))
+            })
+            .collect();
+        drop(state);
+        for (grant, result) in self.writable.iter().zip(results) {
+            let applied = result.and_then(|archive| {
+                crate::grants::apply(grant, &archive)
+                    .map_err(|e| format!("the archive is malformed: {e}"))
+            });
+            match applied {
+                Ok(applied) if applied.refused.is_empty() => tracing::info!(
+                    "live microVM: {} written back ({} written, {} deleted)",
+                    grant.host.display(),
+                    applied.written,
+                    applied.deleted
+                ),
+                Ok(applied) => tracing::warn!(
+                    "live microVM: {} written back, refused: {}",
+                    grant.host.display(),
+                    applied.refused.join(", ")
+                ),
+                Err(why) => tracing::warn!(
+                    "live microVM: {} was not written back: {why}",
+                    grant.host.display()
+                ),
+            }
+        }
     }
 
     fn shutdown(&mut self) {
@@ -549,6 +698,17 @@ fn read_agent(
                 }
                 AgentMsg::ConnTaken { id, bytes } => shared.conn_window.give_back(id, bytes),
                 AgentMsg::FileDone { id, result } => shared.answers.answer(id, result),
+                AgentMsg::Archive { mount, data } => {
+                    if let Some(archive) = shared.lock().archives.get_mut(&mount) {
+                        archive.push(&data);
+                    }
+                }
+                AgentMsg::ArchiveEnd { mount, error } => {
+                    if let Some(archive) = shared.lock().archives.get_mut(&mount) {
+                        archive.end(error);
+                    }
+                    shared.changed.notify_all();
+                }
                 AgentMsg::Error { message } => {
                     tracing::warn!("live microVM agent: {message}");
                 }

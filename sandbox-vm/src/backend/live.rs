@@ -10,9 +10,11 @@ impl MicrovmBackend {
     /// agent starts one exec after another until [`LiveVm::stop`]. Its receipt is built from
     /// what the agent read back, like a run's.
     ///
-    /// Limits: no file grants (mounts), images or secrets yet; execs run directly as the
-    /// guest's root (no sandbox inside the guest), so `limits.processes` is a gap; the VMM's
-    /// jail ends it after 24 hours at the latest.
+    /// File grants are disk images as for a run: read-only ones a copy taken at start,
+    /// read-write ones a private copy written back through the grants' filter when the
+    /// sandbox stops (not before). Limits: no images or secrets yet; execs run directly as
+    /// the guest's root (no sandbox inside the guest), so `limits.processes` is a gap; the
+    /// VMM's jail ends it after 24 hours at the latest.
     ///
     /// # Errors
     /// As a run before anything runs: unenforceable or unavailable requests, a missing
@@ -20,15 +22,6 @@ impl MicrovmBackend {
     pub fn start_live(&self, spec: &RunSpec, ctx: &RunContext) -> Result<LiveVm> {
         spec.require_kind(BackendKind::Microvm)?;
         let caps = &spec.caps;
-        if !caps.mounts.is_empty() {
-            return Err(Error::unavailable(
-                BackendKind::Microvm,
-                format!(
-                    "live microVM sandboxes take no file grants yet ({} mount(s) asked); use files written with the sandbox's file operations on the process or container backend, or a one-shot microvm run",
-                    caps.mounts.len()
-                ),
-            ));
-        }
         let plan = plan(caps, ctx.strictness)?.with_layers(caps, false)?;
         let artifacts = self.artifacts()?;
         let accel = self.accel()?;
@@ -58,7 +51,9 @@ impl MicrovmBackend {
                     .collect()
             })
             .unwrap_or_default();
-        let request = request::plain(Vec::new(), caps, &GUEST, &proxy_env, egress.is_some());
+        let mut request = request::plain(Vec::new(), caps, &GUEST, &proxy_env, egress.is_some());
+        let prepared = grants::prepare(&caps.mounts, dir.path(), caps.limits.disk.bytes())?;
+        request.mounts = prepared.mounts.clone();
         let shape = Shape {
             memory_mib: plan.memory_mib,
             vcpus: plan.vcpus,
@@ -66,7 +61,7 @@ impl MicrovmBackend {
             network: egress.is_some(),
         };
         let disks = RunDisks {
-            grants: Vec::new(),
+            grants: prepared.disks.clone(),
             input: None,
             network: egress.as_ref().map(|e| e.relay.clone()),
         };
@@ -82,7 +77,8 @@ impl MicrovmBackend {
             )?;
             (config, Boot::Restored, Some(snap))
         } else {
-            let mut config = self.cold_config(&artifacts, dir.path(), shape, Vec::new())?;
+            let mut config =
+                self.cold_config(&artifacts, dir.path(), shape, prepared.disks.clone())?;
             config.network = disks.network.clone();
             (config, Boot::Cold, None)
         };
@@ -125,7 +121,8 @@ impl MicrovmBackend {
             memory_total: opened.applied.memory_total,
         };
         self.fill_receipt(&mut receipt, caps, &plan, &accel, &guest);
-        live_receipt(&mut receipt);
+        grant_receipt(&mut receipt, caps, &prepared, &Vec::new());
+        live_receipt(&mut receipt, !prepared.writable.is_empty());
         if egress.is_some() {
             receipt.enforce(
                 Capability::Net,
@@ -152,6 +149,7 @@ impl MicrovmBackend {
             workdir: PathBuf::from(&request.cwd),
             egress: egress.map(|e| e.run),
             dir,
+            writable: prepared.writable,
         };
         LiveVm::new(vm, opened, parts)
     }
@@ -160,7 +158,7 @@ impl MicrovmBackend {
 /// A run's receipt lines that a live sandbox words differently: no per-run deadline or
 /// output cap (the supervisor's TTLs, exec timeouts and output rings take their place) and
 /// the VM's life is the sandbox's.
-fn live_receipt(receipt: &mut Receipt) {
+fn live_receipt(receipt: &mut Receipt, writable: bool) {
     receipt.enforced.retain(|line| {
         !matches!(
             line.mechanism.as_str(),
@@ -173,6 +171,14 @@ fn live_receipt(receipt: &mut Receipt) {
         "live VM",
         "each exec runs in the VM as the guest's root, in its own session and process group, with the guest rlimits above; stdio is carried over the agent channel (no host descriptor reaches the guest)",
     );
+    if writable {
+        receipt.enforce(
+            Capability::Fs,
+            Mechanism::Vm,
+            "read-write grants written back at stop",
+            "each read-write grant's tree comes back when the sandbox stops (stop, ttl, idle ttl, owner gone), after every process in the VM was killed; until then the host directory is unchanged",
+        );
+    }
     receipt.enforce(
         Capability::Lifetime,
         Mechanism::Vm,

@@ -19,7 +19,7 @@ use std::thread;
 use std::time::Duration;
 
 use sandbox_agent::protocol::{
-    AgentMsg, Decoder, GuestRlimits, HostMsg, LiveExec, OutStream, TermSize,
+    AgentMsg, Decoder, GuestMount, GuestRlimits, HostMsg, LiveExec, OutStream, TermSize,
 };
 use sandbox_agent::Place;
 
@@ -68,6 +68,7 @@ pub(crate) fn serve(
     mut reader: Reader,
     mut decoder: Decoder,
     rlimits: GuestRlimits,
+    mounts: &[GuestMount],
 ) {
     let shared = Arc::new(Shared::default());
     let conns = Arc::new(Conns::default());
@@ -125,6 +126,24 @@ pub(crate) fn serve(
             HostMsg::ConnTaken { id, bytes } => conns.taken(id, bytes),
             HostMsg::File { id, op } => crate::files::serve(port, id, op),
             HostMsg::Kill => kill_all(&shared),
+            HostMsg::Finish => {
+                // Nothing writes to a grant while its tree goes back: in the VM every
+                // process but the agent (PID 1) is killed, also those that left their
+                // exec's session.
+                conns.close_all();
+                kill_all(&shared);
+                if place == Place::Vm {
+                    // SAFETY: kill(2) of every process but PID 1 (this agent); no memory is
+                    // shared.
+                    let _ = unsafe { libc::kill(-1, libc::SIGKILL) };
+                    thread::sleep(Duration::from_millis(50));
+                }
+                for (index, mount) in mounts.iter().enumerate() {
+                    if mount.writable {
+                        crate::send_archive(port, index as u32, mount);
+                    }
+                }
+            }
             HostMsg::Hello { .. }
             | HostMsg::Run(_)
             | HostMsg::Live(_)

@@ -198,7 +198,14 @@ fn serve_one(place: Place, port: &Port, mut reader: Reader) -> bool {
         let mut seen = applied(&request, None);
         seen.rlimits = live::probe_rlimits(request.rlimits);
         send(port, &AgentMsg::Applied { applied: seen });
-        live::serve(place, port, reader, decoder, request.rlimits);
+        live::serve(
+            place,
+            port,
+            reader,
+            decoder,
+            request.rlimits,
+            &request.mounts,
+        );
         return true;
     }
     let mounts = request.mounts.clone();
