@@ -167,23 +167,7 @@ pub fn drive(
         wait_ready(carrier, ready_deadline, ready_timeout, ctx)?;
     }
     let mut chan = Channel::open(carrier)?;
-    chan.send(&HostMsg::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
-    let kernel = match chan.recv(carrier, ready_deadline, ctx)? {
-        Recv::Msg(AgentMsg::Welcome { version, kernel }) => {
-            check_version(place, version)?;
-            kernel
-        }
-        Recv::Msg(AgentMsg::Error { message }) => {
-            return Err(Error::Internal {
-                message: place.say(format!("{} refused the hello: {message}", place.agent())),
-                source: None,
-            })
-        }
-        Recv::Msg(other) => return Err(unexpected(place, &other)),
-        Recv::Deadline => return Err(not_ready(carrier, ready_timeout)),
-    };
+    let kernel = chan.greet(carrier, ready_deadline, ready_timeout, ctx)?;
     let boot = started.elapsed();
     let timeout = Duration::from_millis(request.timeout_ms);
     let cap = request.output_cap;
@@ -283,17 +267,7 @@ pub fn open_live(
         wait_ready(carrier, ready_deadline, ready_timeout, ctx)?;
     }
     let mut chan = Channel::open(carrier)?;
-    chan.send(&HostMsg::Hello {
-        version: PROTOCOL_VERSION,
-    })?;
-    let kernel = match chan.recv(carrier, ready_deadline, ctx)? {
-        Recv::Msg(AgentMsg::Welcome { version, kernel }) => {
-            check_version(place, version)?;
-            kernel
-        }
-        Recv::Msg(other) => return Err(unexpected(place, &other)),
-        Recv::Deadline => return Err(not_ready(carrier, ready_timeout)),
-    };
+    let kernel = chan.greet(carrier, ready_deadline, ready_timeout, ctx)?;
     let boot = started.elapsed();
     request.clock_unix_ns = unix_now_ns();
     chan.send(&HostMsg::Live(request))?;
@@ -521,6 +495,32 @@ impl Channel {
             writer: std::sync::Arc::default(),
             decoder: Decoder::new(),
         })
+    }
+
+    /// Says hello and takes the agent's welcome (by `deadline`); the guest kernel release.
+    fn greet(
+        &mut self,
+        carrier: &mut dyn Carrier,
+        deadline: Instant,
+        ready_timeout: Duration,
+        ctx: &RunContext,
+    ) -> Result<String> {
+        let place = self.place;
+        self.send(&HostMsg::Hello {
+            version: PROTOCOL_VERSION,
+        })?;
+        match self.recv(carrier, deadline, ctx)? {
+            Recv::Msg(AgentMsg::Welcome { version, kernel }) => {
+                check_version(place, version)?;
+                Ok(kernel)
+            }
+            Recv::Msg(AgentMsg::Error { message }) => Err(Error::Internal {
+                message: place.say(format!("{} refused the hello: {message}", place.agent())),
+                source: None,
+            }),
+            Recv::Msg(other) => Err(unexpected(place, &other)),
+            Recv::Deadline => Err(not_ready(carrier, ready_timeout)),
+        }
     }
 
     fn send(&mut self, msg: &HostMsg) -> Result<()> {

@@ -406,7 +406,9 @@ fn a_watch_reports_changes_a_tool_makes_below_a_directory() {
 /// (`scripts/build-vm-guest.sh`, run here; cached).
 #[test]
 fn a_shell_on_a_microvm_terminal_takes_input_and_resizes() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("..");
     let built = Command::new(repo.join("scripts/build-vm-guest.sh"))
         .output()
         .expect("scripts/build-vm-guest.sh");

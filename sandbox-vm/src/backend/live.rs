@@ -24,33 +24,10 @@ impl MicrovmBackend {
         let caps = &spec.caps;
         let plan = plan(caps, ctx.strictness)?.with_layers(caps, false)?;
         let artifacts = self.artifacts()?;
-        let accel = self.accel()?;
-        if self.require_hardware && accel.accel != Accel::Kvm {
-            return Err(Error::unenforceable(
-                "microvm: hardware virtualisation",
-                format!(
-                    "guests would run under {} here: {}",
-                    accel.accel.describe(),
-                    accel.reason
-                ),
-            ));
-        }
+        let accel = self.usable_accel()?;
         let dir = private_dir()
             .map_err(|e| Error::setup(SetupStage::Host, "microvm: private temp dir", e))?;
-        let egress = match &caps.net {
-            Net::Allow(_) => Some(self.egress_for(caps, dir.path(), &artifacts)?),
-            _ => None,
-        };
-        let proxy_env: Vec<(String, String)> = egress
-            .as_ref()
-            .map(|e| {
-                let url = e.run.proxy_url_at(GUEST_PROXY_ADDR);
-                sandbox_core::egress::PROXY_VARIABLES
-                    .iter()
-                    .map(|k| (k.to_string(), url.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (egress, proxy_env) = self.guest_egress(caps, dir.path(), &artifacts)?;
         let mut request = request::plain(Vec::new(), caps, &GUEST, &proxy_env, egress.is_some());
         let prepared = grants::prepare(&caps.mounts, dir.path(), caps.limits.disk.bytes())?;
         request.mounts = prepared.mounts.clone();

@@ -14,7 +14,6 @@ mod run;
 mod snapshots;
 
 use config::*;
-use egress::*;
 use receipt::*;
 use run::*;
 use snapshots::*;

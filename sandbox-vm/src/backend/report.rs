@@ -19,6 +19,23 @@ impl MicrovmBackend {
         Ok(self.accel.get_or_init(|| probe).clone())
     }
 
+    /// [`MicrovmBackend::accel`], refused when hardware virtualisation is required and
+    /// guests would run without it.
+    pub(super) fn usable_accel(&self) -> Result<AccelProbe> {
+        let accel = self.accel()?;
+        if self.require_hardware && accel.accel != Accel::Kvm {
+            return Err(Error::unenforceable(
+                "microvm: hardware virtualisation",
+                format!(
+                    "guests would run under {} here: {}",
+                    accel.accel.describe(),
+                    accel.reason
+                ),
+            ));
+        }
+        Ok(accel)
+    }
+
     pub(super) fn kvm_boots(&self, artifacts: &GuestArtifacts) -> bool {
         let Ok(dir) = private_dir() else {
             return false;

@@ -149,33 +149,10 @@ impl MicrovmBackend {
         let layered = self.layers && artifacts.inner.is_some();
         let argv = argv_for(tool, layered)?;
         let plan = plan.with_layers(caps, layered)?;
-        let accel = self.accel()?;
-        if self.require_hardware && accel.accel != Accel::Kvm {
-            return Err(Error::unenforceable(
-                "microvm: hardware virtualisation",
-                format!(
-                    "guests would run under {} here: {}",
-                    accel.accel.describe(),
-                    accel.reason
-                ),
-            ));
-        }
+        let accel = self.usable_accel()?;
         let dir = private_dir()
             .map_err(|e| Error::setup(SetupStage::Host, "microvm: private temp dir", e))?;
-        let egress = match &caps.net {
-            Net::Allow(_) => Some(self.egress_for(caps, dir.path(), &artifacts)?),
-            _ => None,
-        };
-        let proxy_env: Vec<(String, String)> = egress
-            .as_ref()
-            .map(|e| {
-                let url = e.run.proxy_url_at(GUEST_PROXY_ADDR);
-                sandbox_core::egress::PROXY_VARIABLES
-                    .iter()
-                    .map(|k| (k.to_string(), url.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (egress, proxy_env) = self.guest_egress(caps, dir.path(), &artifacts)?;
         let inner = if layered {
             Some(inner::plan(tool, caps, &proxy_env, &InnerPaths::guest())?)
         } else {
