@@ -369,7 +369,18 @@ fn a_live_microvm_writes_a_read_write_grant_back_only_at_stop() {
     let live = Live::new();
     let ro_arg = format!("{}:/data", ro.display());
     let rw_arg = format!("{}:/work", rw.display());
-    let id = live.start(&["--backend", "microvm", "--ro", &ro_arg, "--rw", &rw_arg]);
+    let audit = host.path().join("audit.jsonl");
+    let audit_arg = audit.to_str().expect("utf-8");
+    let id = live.start(&[
+        "--backend",
+        "microvm",
+        "--ro",
+        &ro_arg,
+        "--rw",
+        &rw_arg,
+        "--audit",
+        audit_arg,
+    ]);
     let out = live.strata(&["exec", &id, "--", "cat", "/data/input.txt"]);
     assert_eq!(text(&out.stdout), "read me\n", "{}", text(&out.stderr));
     let out = live.strata(&["exec", &id, "--", "sh", "-c", "echo x > /data/new.txt"]);
@@ -402,4 +413,15 @@ fn a_live_microvm_writes_a_read_write_grant_back_only_at_stop() {
     );
     assert!(!ro.join("new.txt").exists());
     assert!(live.sandbox_dirs().is_empty(), "nothing left");
+    // The write-back is in the sandbox's audit log, naming the host directory.
+    let log = std::fs::read_to_string(&audit).expect("audit log");
+    let line = log
+        .lines()
+        .find(|l| l.contains("written back"))
+        .unwrap_or_else(|| panic!("a write-back record in {log}"));
+    assert!(line.contains(&rw.display().to_string()), "{line}");
+    assert!(
+        line.contains("refused"),
+        "the planted symlink is named: {line}"
+    );
 }

@@ -167,6 +167,15 @@ impl Held {
         }
     }
 
+    /// Before the sandbox ends: brings back what must come back (a microVM's read-write
+    /// grants); one line per grant saying what came of it. Every process is gone after.
+    pub(crate) fn finish(&mut self) -> Vec<String> {
+        match self {
+            Held::Process(_) => Vec::new(),
+            Held::Vm(v) => v.write_back(),
+        }
+    }
+
     /// Ends the sandbox now; the egress decisions of its life, when it had an allowlist.
     pub(crate) fn stop(self) -> Option<(NetworkReceipt, Vec<Denial>)> {
         match self {

@@ -162,7 +162,12 @@ pub(crate) fn serve(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take();
-    if let Some(sandbox) = sandbox {
+    if let Some(mut sandbox) = sandbox {
+        for line in sandbox.finish() {
+            if let Err(error) = context.policy.lifecycle("written back", line) {
+                tracing::warn!(%error, "could not record a grant's write-back in the audit log");
+            }
+        }
         drop(sandbox.stop());
     }
     let _ = std::fs::remove_dir_all(&config.dir);

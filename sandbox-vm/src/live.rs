@@ -484,15 +484,17 @@ impl LiveVm {
 
     /// Brings the read-write grants back: the agent kills every process and sends each
     /// grant's tree, which is applied to the host directory through the grants' filter
-    /// ([`crate::grants::apply`]). What could not be written back is logged, naming the
-    /// host directory.
-    fn write_back(&mut self) {
-        if self.writable.is_empty() {
-            return;
+    /// ([`crate::grants::apply`]). Returns one line per grant saying what came of it (also
+    /// logged); a second call (and [`LiveVm::stop`] after it) has nothing left to bring.
+    /// Every process in the VM is gone afterwards: call it only to end the sandbox.
+    pub fn write_back(&mut self) -> Vec<String> {
+        let writable = std::mem::take(&mut self.writable);
+        if writable.is_empty() {
+            return Vec::new();
         }
         {
             let mut state = self.shared.lock();
-            for grant in &self.writable {
+            for grant in &writable {
                 state.archives.insert(
                     grant.mount,
                     ArchiveIn {
@@ -527,8 +529,7 @@ impl LiveVm {
                 .map(|(guard, _)| guard)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
-        let results: Vec<_> = self
-            .writable
+        let results: Vec<_> = writable
             .iter()
             .map(|grant| {
                 state
@@ -539,29 +540,30 @@ impl LiveVm {
             })
             .collect();
         drop(state);
-        for (grant, result) in self.writable.iter().zip(results) {
+        let mut lines = Vec::new();
+        for (grant, result) in writable.iter().zip(results) {
             let applied = result.and_then(|archive| {
                 crate::grants::apply(grant, &archive)
                     .map_err(|e| format!("the archive is malformed: {e}"))
             });
-            match applied {
-                Ok(applied) if applied.refused.is_empty() => tracing::info!(
-                    "live microVM: {} written back ({} written, {} deleted)",
-                    grant.host.display(),
-                    applied.written,
-                    applied.deleted
+            let host = grant.host.display();
+            let line = match applied {
+                Ok(applied) if applied.refused.is_empty() => format!(
+                    "{host} written back ({} written, {} deleted)",
+                    applied.written, applied.deleted
                 ),
-                Ok(applied) => tracing::warn!(
-                    "live microVM: {} written back, refused: {}",
-                    grant.host.display(),
+                Ok(applied) => format!(
+                    "{host} written back ({} written, {} deleted), refused: {}",
+                    applied.written,
+                    applied.deleted,
                     applied.refused.join(", ")
                 ),
-                Err(why) => tracing::warn!(
-                    "live microVM: {} was not written back: {why}",
-                    grant.host.display()
-                ),
-            }
+                Err(why) => format!("{host} was not written back: {why}"),
+            };
+            tracing::info!("live microVM: {line}");
+            lines.push(line);
         }
+        lines
     }
 
     fn shutdown(&mut self) {
