@@ -15,6 +15,13 @@
 //! - `live/publish_connect`: a TCP connection through a published port to a server in the
 //!   sandbox, until its first byte arrives.
 //!
+//! - `snapshot/take_100_files`: snapshotting a live sandbox whose `/tmp` holds 100 files
+//!   of 4 KiB (pause, copy, hash, seal, resume).
+//! - `snapshot/start_from_to_first_exec`: starting a live sandbox from that snapshot
+//!   (verify every file, start, copy the files in) until a first exec returns, and stopping
+//!   it.
+//! - `snapshot/fork_4`: forking the sandbox into 4 children, and stopping them.
+//!
 //! `benches/live_many.rs` measures 100 live sandboxes on one machine and the memory each
 //! idle one holds.
 //!
@@ -194,5 +201,59 @@ fn publish_connect(
     let _ = sandbox.kill(pid, libc::SIGKILL);
 }
 
-criterion_group!(benches, live);
+fn snapshots(c: &mut Criterion) {
+    let mut group = c.benchmark_group("snapshot");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    let state = tempfile::tempdir().expect("state dir");
+    std::fs::set_permissions(
+        state.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    let store = strata::live::SnapshotStore::open(&state.path().join("snapshots")).expect("store");
+    let sandbox = LiveSandbox::start(&Caps::new(), &options(state.path())).expect("start");
+    let fill = ExecRequest {
+        argv: ["sh", "-c", "mkdir -p /tmp/w && for i in $(seq 100); do head -c 4096 /dev/urandom > /tmp/w/f$i; done"]
+            .map(String::from)
+            .to_vec(),
+        ..ExecRequest::default()
+    };
+    sandbox.exec(fill, None, |_, _| {}).expect("fill");
+    let mut n = 0u64;
+    group.bench_function("take_100_files", |b| {
+        b.iter(|| {
+            n += 1;
+            let name = format!("bench-{n}");
+            sandbox.snapshot(&store, Some(&name)).expect("snapshot");
+            store.remove(&name).expect("remove");
+        })
+    });
+    sandbox.snapshot(&store, Some("base")).expect("snapshot");
+    let first = ExecRequest {
+        argv: vec!["/bin/true".into()],
+        ..ExecRequest::default()
+    };
+    group.bench_function("start_from_to_first_exec", |b| {
+        b.iter(|| {
+            let copy = LiveSandbox::start_from(&store, "base", &options(state.path()))
+                .expect("start from");
+            copy.exec(first.clone(), None, |_, _| {}).expect("exec");
+            copy.stop().expect("stop");
+        })
+    });
+    group.bench_function("fork_4", |b| {
+        b.iter(|| {
+            let forked = sandbox
+                .fork(&store, 4, &options(state.path()))
+                .expect("fork");
+            for child in forked.children {
+                child.stop().expect("stop");
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, live, snapshots);
 criterion_main!(benches);

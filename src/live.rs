@@ -6,10 +6,11 @@ pub use sandbox_live::protocol::{
     ExecRequest, ExitInfo, ProcessInfo, ProcessState, PublishRequest, PublishedPort, SandboxInfo,
     TtySize,
 };
+pub use sandbox_live::snapshot::{Forked, Verified as VerifiedSnapshot, MAX_FORK};
 pub use sandbox_live::watch::{ChangeKind, FileChange};
 pub use sandbox_live::{
-    LivePolicy, LiveSandbox, OutputSince, PauseMethod, ProgramApprover, Pty, StartOptions, Stream,
-    SUPERVISOR_NAME,
+    LivePolicy, LiveSandbox, OutputSince, PauseMethod, ProgramApprover, Pty, SnapshotInfo,
+    SnapshotStore, StartOptions, Stream, SUPERVISOR_NAME,
 };
 pub use sandbox_os::file_tree::DirEntry;
 
@@ -34,16 +35,53 @@ impl Sandbox {
     /// As [`LiveSandbox::start`]; [`Error::Denied`] when the tier does not allow the caps
     /// and no approver granted them.
     pub fn start(&self, caps: &Caps, options: StartOptions) -> Result<LiveSandbox> {
+        self.start_live(caps, options, false, |caps, options| {
+            LiveSandbox::start(caps, options)
+        })
+    }
+
+    /// Starts a live sandbox from the snapshot `name` in `store` (see
+    /// [`LiveSandbox::start_from`]): the snapshot is verified, its caps are admitted under
+    /// this sandbox's tier as [`Sandbox::start`] admits caps, and it starts on the
+    /// snapshot's backend with its files copied in.
+    ///
+    /// # Errors
+    /// As [`SnapshotStore::load`] and [`Sandbox::start`].
+    pub fn start_from(
+        &self,
+        store: &SnapshotStore,
+        name: &str,
+        options: StartOptions,
+    ) -> Result<LiveSandbox> {
+        let snapshot = store.load(name)?;
+        let mut options = options;
+        options.backend = snapshot.info().backend;
+        self.start_live(snapshot.caps(), options, true, |caps, options| {
+            snapshot.start_with(caps, options)
+        })
+    }
+
+    /// Admits `caps`, completes `options` from this sandbox (strictness, helper, tier,
+    /// audit log; the backend too unless `keep_backend`) and starts with `start`.
+    fn start_live(
+        &self,
+        caps: &Caps,
+        options: StartOptions,
+        keep_backend: bool,
+        start: impl FnOnce(&Caps, &StartOptions) -> Result<LiveSandbox>,
+    ) -> Result<LiveSandbox> {
         let admitted = self.admit_live(caps)?;
         let mut options = options;
         options.strictness = self.strictness();
         let container_asked = caps.container.is_some()
             || self.choice() == crate::BackendChoice::Only(sandbox_core::BackendKind::Container);
-        if options.backend == sandbox_core::BackendKind::Process && container_asked {
+        if options.backend == sandbox_core::BackendKind::Process && container_asked && !keep_backend
+        {
             options.backend = sandbox_core::BackendKind::Container;
         }
         if options.backend == sandbox_core::BackendKind::Process
             && self.choice() == crate::BackendChoice::Only(sandbox_core::BackendKind::Microvm)
+            && !keep_backend
         {
             options.backend = sandbox_core::BackendKind::Microvm;
         }
@@ -55,7 +93,7 @@ impl Sandbox {
         if options.policy.audit.is_none() {
             options.policy.audit = self.audit_path();
         }
-        let started = LiveSandbox::start(&admitted.caps, &options);
+        let started = start(&admitted.caps, &options);
         if let Err(error) = &started {
             if options.policy.audit.is_some() {
                 self.audit(sandbox_core::audit::AuditEvent::Refusal {

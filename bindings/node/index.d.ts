@@ -199,6 +199,14 @@ export class Sandbox {
    * @throws {InvalidRequestError} for bad caps or options (nothing is started).
    */
   start(caps?: Caps | null, options?: StartOptions): Promise<LiveSandbox>
+  /**
+   * Starts a live sandbox from a snapshot ({@link LiveSandbox.snapshot}): verified first,
+   * its caps admitted under this sandbox's tier, on the snapshot's backend, its files
+   * copied in. Caps come from the snapshot.
+   * @throws {DeniedError} for a snapshot altered on disk or another user's.
+   * @throws {InvalidRequestError} when there is no such snapshot.
+   */
+  startFrom(snapshot: string, options?: StartOptions & { snapshotDir?: string }): Promise<LiveSandbox>
   /** Revokes every elevation the approver granted so far. */
   revokeElevations(): void
 }
@@ -277,6 +285,12 @@ export interface StartOptions {
   ttl?: number
   /** End it after this many seconds without a request. Default: none. */
   idleTtl?: number
+  /**
+   * Freeze it after this many seconds without a request or a connection to a published
+   * port; the next exec, file operation, followed output or connection resumes it.
+   * Default: none.
+   */
+  idlePause?: number
   /** A name to attach by, besides its id. */
   name?: string
   /** TCP ports inside to publish on host loopback (a free host port each). */
@@ -367,6 +381,14 @@ export declare class LiveSandbox {
   readonly stopped: boolean
   /** What it is now: id, backend, receipt, clocks, paused, ports, cpu_us. */
   info(): Promise<Record<string, unknown>>
+  /**
+   * Snapshots it into the snapshot store (`snapshotDir`, default `$STRATA_SNAPSHOT_DIR` or
+   * `~/.local/share/strata/snapshots`) under `name` (default: the snapshot's id). On the
+   * process and container backends it carries the sandbox's own files, caps and policy.
+   */
+  snapshot(options?: { name?: string; snapshotDir?: string }): Promise<SnapshotInfo>
+  /** Starts `count` (1-100) copies, each with its own copy of the files; owned by this process. */
+  fork(count?: number, options?: { ttl?: number; idleTtl?: number; snapshotDir?: string }): Promise<LiveSandbox[]>
   exec(argv: readonly string[], options?: LiveExecOptions): Promise<LiveExecResult>
   /** Starts `argv` in the background; resolves to its pid. */
   spawn(argv: readonly string[], options?: LiveSpawnOptions): Promise<number>
@@ -399,6 +421,27 @@ export declare class LiveSandbox {
 }
 
 /** A new agent secret (32 random bytes, hex). Keep it secret; share only {@link agentPublicKey}. */
+/** What a snapshot is and what it carries. */
+export interface SnapshotInfo {
+  id: string
+  name: string
+  backend: string
+  /** The sandbox it was taken of. */
+  source: string
+  /** Seconds since the Unix epoch. */
+  createdAt: number
+  /** e.g. `files:/tmp`, `caps`, `policy`. */
+  carries: string[]
+  notCarried: string[]
+  files: number
+  bytes: number
+}
+
+/** The snapshots in the store that verify, oldest first. */
+export declare function snapshots(options?: { snapshotDir?: string }): Promise<SnapshotInfo[]>
+/** Removes a snapshot, leaving nothing of it. */
+export declare function removeSnapshot(name: string, options?: { snapshotDir?: string }): Promise<void>
+
 export declare function generateAgentKey(): string
 /** The Ed25519 public key (hex) of an agent secret. */
 export declare function agentPublicKey(key: string): string

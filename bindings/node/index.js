@@ -363,6 +363,7 @@ class Sandbox {
     const bad =
       (opts.ttl !== undefined && typeof opts.ttl !== 'number' && 'ttl must be a number of seconds') ||
       (opts.idleTtl !== undefined && typeof opts.idleTtl !== 'number' && 'idleTtl must be a number of seconds') ||
+      (opts.idlePause !== undefined && typeof opts.idlePause !== 'number' && 'idlePause must be a number of seconds') ||
       (opts.name !== undefined && typeof opts.name !== 'string' && 'name must be a string') ||
       (opts.publish !== undefined &&
         !(Array.isArray(opts.publish) && opts.publish.every((p) => Number.isInteger(p) && p > 0 && p < 65536)) &&
@@ -379,6 +380,7 @@ class Sandbox {
         JSON.stringify({
           ttl: opts.ttl,
           idleTtl: opts.idleTtl,
+          idlePause: opts.idlePause,
           name: opts.name,
           publish: opts.publish ?? [],
           supervisor,
@@ -388,6 +390,39 @@ class Sandbox {
     } catch (error) {
       throw fromConversion(error)
     }
+    return new LiveSandbox(unwrap(await pending))
+  }
+
+  /**
+   * Starts a live sandbox from a snapshot (LiveSandbox.snapshot): verified first (an
+   * altered or another user's snapshot rejects with DeniedError), its caps admitted under
+   * this sandbox's tier, on the snapshot's backend, with its files copied in.
+   */
+  async startFrom(snapshot, options) {
+    if (typeof snapshot !== 'string') throw new InvalidRequestError('snapshot must be a snapshot name')
+    const opts = checkKeys(options, START_FROM_OPTIONS, 'startFrom option')
+    const bad =
+      (opts.ttl !== undefined && typeof opts.ttl !== 'number' && 'ttl must be a number of seconds') ||
+      (opts.idleTtl !== undefined && typeof opts.idleTtl !== 'number' && 'idleTtl must be a number of seconds') ||
+      (opts.name !== undefined && typeof opts.name !== 'string' && 'name must be a string') ||
+      (opts.snapshotDir !== undefined && typeof opts.snapshotDir !== 'string' && 'snapshotDir must be a path string') ||
+      (opts.stateDir !== undefined && typeof opts.stateDir !== 'string' && 'stateDir must be a path string')
+    if (bad) throw new InvalidRequestError(bad)
+    const supervisor =
+      opts.supervisor ?? process.env.STRATA_LIVE ?? (fs.existsSync(supervisorPath) ? supervisorPath : undefined)
+    const pending = this.#native.startLiveFrom(
+      snapshot,
+      JSON.stringify({
+        ttl: opts.ttl,
+        idleTtl: opts.idleTtl,
+        idlePause: opts.idlePause,
+        name: opts.name,
+        publish: opts.publish ?? [],
+        supervisor,
+        stateDir: opts.stateDir,
+        snapshotDir: opts.snapshotDir,
+      }),
+    )
     return new LiveSandbox(unwrap(await pending))
   }
 
@@ -635,7 +670,8 @@ class Session {
   }
 }
 
-const START_OPTIONS = new Set(['ttl', 'idleTtl', 'name', 'publish', 'supervisor', 'stateDir'])
+const START_OPTIONS = new Set(['ttl', 'idleTtl', 'idlePause', 'name', 'publish', 'supervisor', 'stateDir'])
+const START_FROM_OPTIONS = new Set([...START_OPTIONS, 'snapshotDir'])
 const EXEC_OPTIONS = new Set(['env', 'workdir', 'timeout', 'stdin', 'signal'])
 const SPAWN_OPTIONS = new Set(['env', 'workdir', 'timeout', 'stdin', 'tty'])
 
@@ -699,6 +735,29 @@ class LiveSandbox {
 
   async info() {
     return this.#json('info')
+  }
+
+  /**
+   * Snapshots the sandbox (its own files, caps and policy on the process and container
+   * backends) into the snapshot store; resolves to what the snapshot is and carries.
+   */
+  async snapshot(options) {
+    const opts = checkKeys(options, new Set(['name', 'snapshotDir']), 'snapshot option')
+    return snapshotInfo(await this.#json('snapshot', { name: opts.name, snapshotDir: opts.snapshotDir }))
+  }
+
+  /** Starts `count` copies (1 to 100) of the sandbox, each owned by this process. */
+  async fork(count = 1, options) {
+    const opts = checkKeys(options, new Set(['ttl', 'idleTtl', 'snapshotDir']), 'fork option')
+    if (!Number.isInteger(count)) throw new InvalidRequestError('count must be an integer (1 to 100)')
+    if (count < 1 || count > 100) throw new InvalidRequestError(`fork makes 1 to 100 children, not ${count}`)
+    const children = await this.#call('fork', {
+      count,
+      ttl: opts.ttl,
+      idleTtl: opts.idleTtl,
+      snapshotDir: opts.snapshotDir,
+    })
+    return children.map((child) => new LiveSandbox(child))
   }
 
   async exec(argv, options) {
@@ -862,6 +921,33 @@ class LiveSandbox {
   }
 }
 
+function snapshotInfo(info) {
+  return {
+    id: info.id,
+    name: info.name,
+    backend: info.backend,
+    source: info.source,
+    createdAt: info.created_at,
+    carries: info.carries,
+    notCarried: info.not_carried,
+    files: info.files,
+    bytes: info.bytes,
+  }
+}
+
+/** The snapshots in the store that verify, oldest first. */
+async function snapshots(options) {
+  const opts = checkKeys(options, new Set(['snapshotDir']), 'snapshots option')
+  return JSON.parse(unwrap(await native.listSnapshots(opts.snapshotDir))).map(snapshotInfo)
+}
+
+/** Removes a snapshot, leaving nothing of it. */
+async function removeSnapshot(name, options) {
+  if (typeof name !== 'string') throw new InvalidRequestError('name must be a snapshot name')
+  const opts = checkKeys(options, new Set(['snapshotDir']), 'removeSnapshot option')
+  unwrap(await native.removeSnapshot(name, opts.snapshotDir))
+}
+
 /** A transactional copy of a host directory. See index.d.ts. */
 class Workspace {
   #native
@@ -938,6 +1024,8 @@ module.exports = {
   Workspace,
   Session,
   LiveSandbox,
+  snapshots,
+  removeSnapshot,
   generateAgentKey,
   agentPublicKey,
   capsForCall,

@@ -42,7 +42,7 @@ pub enum Command {
 }
 
 /// Live sandboxes: `strata start`, then `exec`, `ps`, `logs`, `kill`, `pause`, `resume`,
-/// `cp`, `stop`, `ls`.
+/// `cp`, `stop`, `ls`; `snapshot`, `snapshots`, `fork`.
 #[derive(Debug, Subcommand)]
 pub enum LiveCommand {
     /// Start a live sandbox (default backend: process) with the caps of `strata run`'s
@@ -91,6 +91,50 @@ pub enum LiveCommand {
     Pause {
         /// The sandbox's id or name.
         id: String,
+        /// Save the paused sandbox to disk and release its memory (a microVM's memory;
+        /// the process and container backends cannot save processes and refuse).
+        #[arg(long = "to-disk")]
+        to_disk: bool,
+    },
+    /// Snapshot a live sandbox (`strata snapshot ID [--name N]`): on the process and
+    /// container backends its own files (/tmp, a private working directory), caps and
+    /// policy, owner-only and sealed; `strata start --from NAME` starts one from it.
+    /// `strata snapshot rm NAME` removes one.
+    Snapshot {
+        /// The sandbox's id or name (or `rm`, followed by a snapshot's name).
+        target: String,
+        /// With `rm`: the snapshot to remove.
+        removed: Option<String>,
+        /// The snapshot's name (default: its id).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Print JSON: {id, name, backend, source, carries, not_carried, files, bytes}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List your snapshots.
+    Snapshots {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start copies of a live sandbox (each with its own copy of its files, the same caps
+    /// and policy) and print their ids, one per line.
+    Fork {
+        /// The sandbox's id or name.
+        id: String,
+        /// How many children (1-100).
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+        /// End each child this many seconds after it started.
+        #[arg(long, value_name = "SECONDS")]
+        ttl: Option<f64>,
+        /// End each child after this many seconds without a client request.
+        #[arg(long = "idle-ttl", value_name = "SECONDS")]
+        idle_ttl: Option<f64>,
+        /// Print JSON: {ids, carries}.
+        #[arg(long)]
+        json: bool,
     },
     /// Resume a paused live sandbox.
     Resume {
@@ -128,6 +172,11 @@ pub struct StartArgs {
     /// End the sandbox after this many seconds without a client request.
     #[arg(long = "idle-ttl", value_name = "SECONDS")]
     pub idle_ttl: Option<f64>,
+    /// Freeze the sandbox after this many seconds without a client request or a
+    /// connection through a published port; the next exec, followed log or connection
+    /// resumes it (its TTLs stand still meanwhile).
+    #[arg(long = "idle-pause", value_name = "SECONDS")]
+    pub idle_pause: Option<f64>,
     /// A name to use instead of the id (unique among your live sandboxes).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
@@ -136,6 +185,10 @@ pub struct StartArgs {
     /// show it). Default IP 127.0.0.1. Only that port is reachable; egress is unchanged.
     #[arg(long, value_name = "[IP:]HOST:GUEST")]
     pub publish: Vec<String>,
+    /// Start from a snapshot (`strata snapshots`): its caps, policy, backend and files.
+    /// Caps flags are refused with it (the snapshot's caps are the sandbox's).
+    #[arg(long, value_name = "SNAPSHOT")]
+    pub from: Option<String>,
 }
 
 /// `strata exec`.

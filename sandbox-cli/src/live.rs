@@ -22,7 +22,24 @@ pub fn main(command: LiveCommand) -> ExitCode {
         LiveCommand::Logs { id, pid, follow } => logs(&id, pid, follow),
         LiveCommand::Kill { id, pid, signal } => kill(&id, pid, &signal),
         LiveCommand::Stop { id } => stop(&id),
-        LiveCommand::Pause { id } => pause(&id),
+        LiveCommand::Pause { id, to_disk } => match to_disk {
+            true => crate::snapshots::pause_to_disk(&id),
+            false => pause(&id),
+        },
+        LiveCommand::Snapshot {
+            target,
+            removed,
+            name,
+            json,
+        } => crate::snapshots::snapshot(&target, removed.as_deref(), name.as_deref(), json),
+        LiveCommand::Snapshots { json } => crate::snapshots::list(json),
+        LiveCommand::Fork {
+            id,
+            count,
+            ttl,
+            idle_ttl,
+            json,
+        } => crate::snapshots::fork(&id, count, ttl, idle_ttl, json),
         LiveCommand::Resume { id } => resume(&id),
         LiveCommand::Cp { from, to } => copy(&from, &to),
         LiveCommand::Ls { json } => ls(json),
@@ -59,8 +76,10 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
         mut run,
         ttl,
         idle_ttl,
+        idle_pause,
         name,
         publish,
+        from,
     } = args;
     let publish = publish
         .iter()
@@ -81,6 +100,18 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
             "--risk routes one run; a live sandbox's backend is --backend (or --image for the container backend)",
         ));
     }
+    if let Some(from) = from {
+        let options = StartOptions {
+            name,
+            ttl: seconds("ttl", ttl)?,
+            idle_ttl: seconds("idle-ttl", idle_ttl)?,
+            idle_pause: seconds("idle-pause", idle_pause)?,
+            owned: false,
+            publish,
+            ..StartOptions::default()
+        };
+        return crate::snapshots::start_from(&from, run, options);
+    }
     if run.backend == "auto" {
         // An image means the container backend (its native runtime); else the process one.
         run.backend = match run.image.is_some() {
@@ -96,15 +127,6 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
         BackendChoice::Only(kind) => kind,
         _ => BackendKind::Process,
     };
-    let seconds = |flag: &str, value: Option<f64>| -> strata::Result<Option<Duration>> {
-        match value {
-            None => Ok(None),
-            Some(s) if (1.0..1e9).contains(&s) => Ok(Some(Duration::from_secs_f64(s))),
-            Some(s) => Err(Error::invalid(format!(
-                "--{flag} must be at least 1 second, got {s}"
-            ))),
-        }
-    };
     // The policy as `strata run` applies it: the caps admitted against the tier now (with
     // the approver: a program, or this terminal), and every exec's program checked by the
     // supervisor (which can ask an approver program, not a terminal) and audited.
@@ -115,6 +137,7 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
         name,
         ttl: seconds("ttl", ttl)?,
         idle_ttl: seconds("idle-ttl", idle_ttl)?,
+        idle_pause: seconds("idle-pause", idle_pause)?,
         owned: false,
         publish,
         ..StartOptions::default()
@@ -123,6 +146,17 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
         options.policy.approver = Some(program.clone());
     }
     sandbox.start(&request.caps, options)
+}
+
+/// A `--ttl`-style flag's value: at least a second.
+pub(crate) fn seconds(flag: &str, value: Option<f64>) -> strata::Result<Option<Duration>> {
+    match value {
+        None => Ok(None),
+        Some(s) if (1.0..1e9).contains(&s) => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(Error::invalid(format!(
+            "--{flag} must be at least 1 second, got {s}"
+        ))),
+    }
 }
 
 fn exec(args: ExecArgs) -> ExitCode {

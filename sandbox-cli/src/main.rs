@@ -17,6 +17,7 @@ mod live;
 mod mcp;
 mod sanitize;
 mod signals;
+mod snapshots;
 mod terminal;
 
 use std::io::{IsTerminal, Write};

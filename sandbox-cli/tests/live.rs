@@ -727,3 +727,45 @@ fn strata_cp_copies_trees_both_ways_and_refuses_a_planted_symlink() {
     assert_eq!(out.status.code(), Some(2), "host to host is refused");
     assert!(live.strata(&["stop", &id]).status.success());
 }
+
+#[test]
+fn an_idle_sandbox_is_frozen_by_its_idle_pause_and_the_next_exec_resumes_it() {
+    let live = Live::new();
+    let out = live.strata(&["start", "--idle-pause", "1", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let started: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let id = started["id"].as_str().expect("id").to_string();
+    assert!(
+        started["receipt"].to_string().contains("idle pause"),
+        "{started}"
+    );
+    let mark = marker();
+    let out = live.strata(&["exec", &id, "--detach", "--", "sh", "-c", BUSY, &mark]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pid = text(&out.stdout).trim().to_string();
+    // Listing (`ls`) and reading kept output (`logs`) neither keep it awake nor wake it.
+    wait_until("the idle pause freezes it", Duration::from_secs(20), || {
+        listed(&live, &id)["state"] == "paused"
+    });
+    let logs_before = text(&live.strata(&["logs", &id, &pid]).stdout);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(listed(&live, &id)["state"], "paused");
+    assert_eq!(text(&live.strata(&["logs", &id, &pid]).stdout), logs_before);
+    // An exec needs it running: it is resumed, and the loop goes on.
+    let out = live.strata(&["exec", &id, "--", "echo", "awake"]);
+    assert_eq!(text(&out.stdout), "awake\n", "{}", text(&out.stderr));
+    wait_until("the loop prints again", Duration::from_secs(20), || {
+        text(&live.strata(&["logs", &id, &pid]).stdout).len() > logs_before.len()
+    });
+    // A client's own pause is not undone by a request.
+    wait_until("frozen again", Duration::from_secs(20), || {
+        listed(&live, &id)["state"] == "paused"
+    });
+    assert!(live.strata(&["resume", &id]).status.success());
+    assert!(live.strata(&["pause", &id]).status.success());
+    let out = live.strata(&["exec", &id, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "a client's pause holds");
+    let out = live.strata(&["stop", &id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(processes_with(&mark).is_empty());
+}

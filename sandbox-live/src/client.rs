@@ -54,6 +54,12 @@ pub struct StartRequest {
     /// The tier, approver program and audit log every exec goes through.
     #[serde(default)]
     pub policy: LivePolicy,
+    /// Where the sandbox comes from (a snapshot), for its receipt.
+    #[serde(default)]
+    pub origin: Option<String>,
+    /// Pause the sandbox after this many idle seconds, until the next request.
+    #[serde(default)]
+    pub idle_pause_s: Option<u64>,
 }
 
 /// The supervisor's one-line answer to a [`StartRequest`].
@@ -79,6 +85,12 @@ pub struct StartOptions {
     pub ttl: Option<Duration>,
     /// Idle time to live (no client activity). Default: none.
     pub idle_ttl: Option<Duration>,
+    /// Freeze the sandbox after this long without a client request or a connection
+    /// through a published port (opt-in), until the next request that needs it running
+    /// (an exec, a followed log, a connection to a published port; on the microVM backend a
+    /// file operation too: the others serve files from the host, paused or not); its
+    /// TTLs stand still while it is frozen. Default: none.
+    pub idle_pause: Option<Duration>,
     /// End the sandbox when the [`LiveSandbox`] handle is dropped or this process dies.
     /// Default: true (the library's default; the CLI starts unowned sandboxes).
     pub owned: bool,
@@ -96,6 +108,9 @@ pub struct StartOptions {
     /// The caps are not checked here: `strata::Sandbox::start` admits them against the
     /// tier first. Default: none.
     pub policy: LivePolicy,
+    /// Where the sandbox comes from, stated in its receipt (set by
+    /// [`LiveSandbox::start_from`] and [`LiveSandbox::fork`]). Default: none.
+    pub origin: Option<String>,
 }
 
 impl Default for StartOptions {
@@ -106,12 +121,14 @@ impl Default for StartOptions {
             name: None,
             ttl: None,
             idle_ttl: None,
+            idle_pause: None,
             owned: true,
             helper: None,
             supervisor: None,
             state_dir: None,
             publish: Vec::new(),
             policy: LivePolicy::default(),
+            origin: None,
         }
     }
 }
@@ -191,7 +208,11 @@ impl LiveSandbox {
                 )));
             }
         }
-        for (what, ttl) in [("ttl", options.ttl), ("idle ttl", options.idle_ttl)] {
+        for (what, ttl) in [
+            ("ttl", options.ttl),
+            ("idle ttl", options.idle_ttl),
+            ("idle pause", options.idle_pause),
+        ] {
             if ttl.is_some_and(|t| t.as_secs() == 0) {
                 return Err(Error::invalid(format!(
                     "the {what} must be at least 1 second"
@@ -226,6 +247,8 @@ impl LiveSandbox {
             state_dir: state_dir.clone(),
             publish: options.publish.clone(),
             policy: options.policy.clone(),
+            origin: options.origin.clone(),
+            idle_pause_s: options.idle_pause.map(|t| t.as_secs()),
         };
         let mut child = std::process::Command::new(&supervisor)
             .arg("serve")
@@ -289,6 +312,11 @@ impl LiveSandbox {
             owner: None,
             child: None,
         })
+    }
+
+    /// The sandbox's directory in the state directory.
+    pub(crate) fn dir(&self) -> &Path {
+        self.socket.parent().unwrap_or(Path::new("/"))
     }
 
     /// This user's running live sandboxes.

@@ -35,6 +35,7 @@ pub mod protocol;
 pub mod pty;
 pub mod ring;
 pub mod server;
+pub mod snapshot;
 pub mod state;
 pub mod supervisor;
 mod table;
@@ -50,3 +51,4 @@ pub use protocol::{
 };
 pub use ring::Stream;
 pub use sandbox_os::live::PauseMethod;
+pub use snapshot::{SnapshotInfo, SnapshotStore};

@@ -133,6 +133,8 @@ fn accept(context: &Arc<Context>, listener: &TcpListener, guest_port: u16) {
             // A client of a published port uses the sandbox: it is not idle.
             table.last_activity = Some(Instant::now());
         }
+        // The server inside must run to answer: an idle-paused sandbox is resumed.
+        crate::server::wake_if_idle_paused(context);
         let context_for_thread = Arc::clone(context);
         let spawned = crate::workers::run(move || {
             forward(&context_for_thread, client, guest_port);

@@ -37,6 +37,9 @@ pub struct Config {
     pub ttl: Option<Duration>,
     /// Time without client activity after which it ends.
     pub idle_ttl: Option<Duration>,
+    /// Time without client activity (or a connection through a published port) after
+    /// which it is paused until the next request that needs it running.
+    pub idle_pause: Option<Duration>,
     /// The uid whose clients may connect (root may too).
     pub owner_uid: u32,
 }
@@ -262,6 +265,28 @@ fn event_loop(
                     now + idle
                 });
             }
+            if let Some(idle) = config.idle_pause {
+                let last = table.last_activity.unwrap_or(started);
+                if table.attached == 0 && table.forwarding == 0 && now >= last + idle {
+                    drop(table);
+                    if matches!(pause(context), Reply::Paused { .. }) {
+                        context.table.lock().auto_paused = true;
+                        let idle = idle.as_secs();
+                        if let Err(error) = context
+                            .policy
+                            .lifecycle("paused", format!("idle for {idle} s (idle pause)"))
+                        {
+                            tracing::warn!(%error, "could not record an idle pause in the audit log");
+                        }
+                    }
+                    continue;
+                }
+                next = next.min(if table.attached == 0 && table.forwarding == 0 {
+                    last + idle
+                } else {
+                    now + idle
+                });
+            }
             let expired: Vec<i32> = table
                 .procs
                 .iter_mut()
@@ -440,6 +465,25 @@ fn connection(stream: UnixStream, context: &Arc<Context>) {
         if !matches!(request, Request::Info) {
             context.table.lock().last_activity = Some(Instant::now());
         }
+        // A sandbox its idle pause froze runs again for a request that needs it running.
+        // The file operations of the process and container backends are served from the
+        // host (they work while paused; a snapshot's copy must not wake the sandbox); a
+        // microVM's go through its agent.
+        let host_files = matches!(request, Request::Files(_))
+            && context.info.backend != sandbox_core::BackendKind::Microvm;
+        if !host_files
+            && !matches!(
+                request,
+                Request::Info
+                    | Request::Ps
+                    | Request::Logs { follow: false, .. }
+                    | Request::Pause
+                    | Request::Resume
+                    | Request::Stop
+            )
+        {
+            wake_if_idle_paused(context);
+        }
         let keep_going = match request {
             Request::Info => send(
                 &out,
@@ -448,7 +492,10 @@ fn connection(stream: UnixStream, context: &Arc<Context>) {
                 },
             )
             .is_ok(),
-            Request::Pause => send(&out, &pause(context)).is_ok(),
+            Request::Pause => {
+                context.table.lock().auto_paused = false;
+                send(&out, &pause(context)).is_ok()
+            }
             Request::Resume => send(&out, &resume(context)).is_ok(),
             Request::Files(crate::files::FileRequest::Watch { path, recursive }) => {
                 match crate::files::workdir(context)
@@ -537,6 +584,16 @@ fn pause(context: &Context) -> Reply {
     }
 }
 
+/// Resumes the sandbox when its idle pause froze it (a client's pause stays).
+pub(crate) fn wake_if_idle_paused(context: &Context) {
+    let woken = std::mem::take(&mut context.table.lock().auto_paused);
+    if woken {
+        if let Reply::Error { error } = resume(context) {
+            tracing::warn!(?error, "could not resume a sandbox its idle pause froze");
+        }
+    }
+}
+
 /// `resume`: thaws the sandbox; its clocks go on from where they stood.
 fn resume(context: &Context) -> Reply {
     let resumed = {
@@ -548,7 +605,10 @@ fn resume(context: &Context) -> Reply {
     };
     match resumed {
         Ok(()) => {
-            context.table.lock().resumed(Instant::now());
+            let mut table = context.table.lock();
+            table.auto_paused = false;
+            table.resumed(Instant::now());
+            drop(table);
             context.table.notify();
             context.wake_loop();
             Reply::Ok

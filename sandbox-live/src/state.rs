@@ -19,6 +19,79 @@ use sandbox_core::{Error, Result};
 pub const SOCKET: &str = "control.sock";
 /// The sandbox's description (id, name, backend, supervisor pid) in its directory.
 pub const INFO: &str = "info.json";
+/// What the sandbox was started with ([`SandboxSpec`]), for snapshots and fork.
+pub const SPEC: &str = "spec.json";
+
+/// What a live sandbox was started with, kept (0600) beside its `info.json` so a snapshot
+/// or fork of it starts the same sandbox again. Not in `info.json` (which `ls` shows): the
+/// caps may carry secrets in their environment.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSpec {
+    /// The caps, as started.
+    pub caps: sandbox_core::Caps,
+    /// Strict or best-effort.
+    pub strictness: sandbox_core::Strictness,
+    /// The backend holding it.
+    pub backend: sandbox_core::BackendKind,
+    /// The tier, approver and audit log its execs go through.
+    pub policy: crate::policy::LivePolicy,
+    /// The `strata-helper` it was started with, if one was named.
+    pub helper: Option<PathBuf>,
+    /// The supervisor binary holding it (a fork's children are held by the same).
+    #[serde(default)]
+    pub supervisor: Option<PathBuf>,
+    /// Its default working directory inside.
+    pub workdir: PathBuf,
+}
+
+impl SandboxSpec {
+    /// Writes the spec to `dir` (mode 0600, never over an existing file).
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(SPEC);
+        let text = serde_json::to_vec(self)
+            .map_err(|e| Error::internal("encode the sandbox's spec", io::Error::other(e)))?;
+        write_new_private(&path, &text)
+    }
+
+    /// Reads the spec of the sandbox whose directory is `dir`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when it is missing or unreadable (a sandbox started by an
+    /// older supervisor has none).
+    pub fn read(dir: &Path) -> Result<SandboxSpec> {
+        let path = dir.join(SPEC);
+        let text = fs::read(&path).map_err(|e| {
+            Error::invalid(format!(
+                "{}: {e} (a sandbox started by an older strata cannot be snapshot)",
+                path.display()
+            ))
+        })?;
+        serde_json::from_slice(&text)
+            .map_err(|e| Error::invalid(format!("{}: not a sandbox spec: {e}", path.display())))
+    }
+}
+
+/// Writes `data` to the new file `path`, mode 0600 (an existing file is an error).
+///
+/// # Errors
+/// The OS error, naming the file.
+pub fn write_new_private(path: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::internal(format!("write {}", path.display()), e))?;
+    file.write_all(data)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::internal(format!("write {}", path.display()), e))
+}
 
 /// The caller's effective uid.
 pub fn uid() -> u32 {

@@ -213,9 +213,20 @@ fn start(request: StartRequest) -> Result<Started> {
         ports: ports.iter().map(|(_, port)| port.clone()).collect(),
         cpu_us: None,
     };
-    write_info(&dir, &info).inspect_err(|_| {
-        let _ = std::fs::remove_dir_all(&dir);
-    })?;
+    let spec = state::SandboxSpec {
+        caps: request.caps.clone(),
+        strictness: request.strictness,
+        backend: request.backend,
+        policy: request.policy.clone(),
+        helper: request.helper.clone(),
+        supervisor: std::env::current_exe().ok(),
+        workdir: sandbox.workdir().to_path_buf(),
+    };
+    write_info(&dir, &info)
+        .and_then(|()| spec.write(&dir))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&dir);
+        })?;
     policy.lifecycle(
         "started",
         format!("{} on the {} backend", info.id, info.backend),
@@ -229,6 +240,7 @@ fn start(request: StartRequest) -> Result<Started> {
             dir,
             ttl: request.ttl_s.map(Duration::from_secs),
             idle_ttl: request.idle_ttl_s.map(Duration::from_secs),
+            idle_pause: request.idle_pause_s.map(Duration::from_secs),
             owner_uid: state::uid(),
         },
         listener,
@@ -270,6 +282,22 @@ fn clock_receipt(mut receipt: Receipt, request: &StartRequest) -> Receipt {
             sandbox_core::ByteSize(crate::ring::DEFAULT_RING_BYTES as u64)
         ),
     );
+    if let Some(idle) = request.idle_pause_s {
+        receipt.enforce(
+            Capability::Lifetime,
+            Mechanism::Supervisor,
+            "idle pause",
+            format!("the sandbox is paused after {idle} s without a client request or a connection through a published port, and resumed by the next request that needs it running; its ttls stand still meanwhile"),
+        );
+    }
+    if let Some(origin) = &request.origin {
+        receipt.enforce(
+            Capability::Fs,
+            Mechanism::Supervisor,
+            "snapshot",
+            origin.clone(),
+        );
+    }
     if request.owned {
         receipt.enforce(
             Capability::Lifetime,

@@ -105,6 +105,9 @@ pub struct Table {
     pub paused_since: Option<Instant>,
     /// How long it was paused before, in all.
     pub paused_for: Duration,
+    /// It was paused by its idle pause (not by a client): the next request that needs it
+    /// running resumes it.
+    pub auto_paused: bool,
     /// Connections into the sandbox (published ports) waiting for init, by request id:
     /// `None` until init answers with the socket or an OS error number.
     pub connecting: HashMap<u64, Option<Result<OwnedFd, i32>>>,

@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use napi::bindgen_prelude::{AsyncTask, Buffer, Either, Either3, Unknown};
+use napi::bindgen_prelude::{AsyncTask, Buffer, Either, Either4, Unknown};
 use napi::{Env, Task};
 use napi_derive::napi;
 use serde::Deserialize;
 use strata::live::{
-    ExecRequest, LiveSandbox, PauseMethod, PublishRequest, StartOptions, Stream, TtySize,
+    ExecRequest, LiveSandbox, PauseMethod, PublishRequest, SnapshotStore, StartOptions, Stream,
+    TtySize,
 };
 use strata::{Caps, Error};
 
@@ -31,11 +32,42 @@ pub struct NativeLive {
 struct StartArgs {
     ttl: Option<f64>,
     idle_ttl: Option<f64>,
+    idle_pause: Option<f64>,
     name: Option<String>,
     #[serde(default)]
     publish: Vec<u16>,
     supervisor: Option<String>,
     state_dir: Option<String>,
+    /// The snapshot store (`startFrom`).
+    snapshot_dir: Option<String>,
+}
+
+impl StartArgs {
+    fn options(self) -> strata::Result<(StartOptions, Option<String>)> {
+        let options = StartOptions {
+            ttl: seconds(self.ttl, "ttl")?,
+            idle_ttl: seconds(self.idle_ttl, "idleTtl")?,
+            idle_pause: seconds(self.idle_pause, "idlePause")?,
+            name: self.name,
+            supervisor: self.supervisor.map(PathBuf::from),
+            state_dir: self.state_dir.map(PathBuf::from),
+            publish: self
+                .publish
+                .into_iter()
+                .map(PublishRequest::loopback)
+                .collect(),
+            ..StartOptions::default()
+        };
+        Ok((options, self.snapshot_dir))
+    }
+}
+
+/// The snapshot store in `dir`, else the user's default one.
+fn store(dir: Option<&str>) -> strata::Result<SnapshotStore> {
+    match dir {
+        Some(dir) => SnapshotStore::open(std::path::Path::new(dir)),
+        None => SnapshotStore::open_default(),
+    }
 }
 
 /// One exec's arguments (JSON from index.js).
@@ -94,6 +126,8 @@ pub enum Done {
     Bytes(Vec<u8>),
     /// A started sandbox.
     Started(Box<LiveSandbox>),
+    /// Sandboxes started by a fork.
+    Forked(Vec<LiveSandbox>),
 }
 
 /// One request of a live sandbox (or its start) on libuv's thread pool.
@@ -103,7 +137,7 @@ pub struct LiveTask {
 
 impl Task for LiveTask {
     type Output = strata::Result<Done>;
-    type JsValue = Either3<String, Buffer, Either<NativeLive, NativeError>>;
+    type JsValue = Either4<String, Buffer, Either<NativeLive, NativeError>, Vec<NativeLive>>;
 
     fn compute(&mut self) -> napi::Result<Self::Output> {
         Ok(match self.work.take() {
@@ -114,12 +148,13 @@ impl Task for LiveTask {
 
     fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
         Ok(match output {
-            Ok(Done::Json(text)) => Either3::A(text),
-            Ok(Done::Bytes(data)) => Either3::B(Buffer::from(data)),
-            Ok(Done::Started(live)) => Either3::C(Either::A(NativeLive {
-                live: Arc::new(Mutex::new(Some(Arc::new(*live)))),
-            })),
-            Err(e) => Either3::C(Either::B((&e).into())),
+            Ok(Done::Json(text)) => Either4::A(text),
+            Ok(Done::Bytes(data)) => Either4::B(Buffer::from(data)),
+            Ok(Done::Started(live)) => Either4::C(Either::A(NativeLive::owning(*live))),
+            Ok(Done::Forked(children)) => {
+                Either4::D(children.into_iter().map(NativeLive::owning).collect())
+            }
+            Err(e) => Either4::C(Either::B((&e).into())),
         })
     }
 }
@@ -148,25 +183,42 @@ impl NativeSandbox {
         let sandbox = self.inner.clone();
         task(move || {
             let caps = caps?;
-            let args: StartArgs = args(&options, "start option")?;
-            let options = StartOptions {
-                ttl: seconds(args.ttl, "ttl")?,
-                idle_ttl: seconds(args.idle_ttl, "idleTtl")?,
-                name: args.name,
-                supervisor: args.supervisor.map(PathBuf::from),
-                state_dir: args.state_dir.map(PathBuf::from),
-                publish: args
-                    .publish
-                    .into_iter()
-                    .map(PublishRequest::loopback)
-                    .collect(),
-                ..StartOptions::default()
-            };
+            let (options, _) = args::<StartArgs>(&options, "start option")?.options()?;
             sandbox
                 .start(&caps, options)
                 .map(|live| Done::Started(Box::new(live)))
         })
     }
+
+    /// Starts a live sandbox from the snapshot `snapshot` with `options` (JSON: those of
+    /// `startLive` and snapshotDir): resolves to a `NativeLive` or a `NativeError`.
+    #[napi(ts_return_type = "Promise<string | Buffer | NativeLive | NativeError>")]
+    pub fn start_live_from(&self, snapshot: String, options: String) -> AsyncTask<LiveTask> {
+        let sandbox = self.inner.clone();
+        task(move || {
+            let (options, dir) = args::<StartArgs>(&options, "start option")?.options()?;
+            let store = store(dir.as_deref())?;
+            sandbox
+                .start_from(&store, &snapshot, options)
+                .map(|live| Done::Started(Box::new(live)))
+        })
+    }
+}
+
+/// The snapshots in the store `dir` (default: the user's) that verify: resolves to JSON
+/// text or a `NativeError`.
+#[napi(ts_return_type = "Promise<string | Buffer | NativeLive | NativeError>")]
+pub fn list_snapshots(dir: Option<String>) -> AsyncTask<LiveTask> {
+    task(move || to_json(&store(dir.as_deref())?.list()?))
+}
+
+/// Removes the snapshot `name` from the store `dir` (default: the user's).
+#[napi(ts_return_type = "Promise<string | Buffer | NativeLive | NativeError>")]
+pub fn remove_snapshot(name: String, dir: Option<String>) -> AsyncTask<LiveTask> {
+    task(move || {
+        store(dir.as_deref())?.remove(&name)?;
+        to_json(&())
+    })
 }
 
 /// Reaches the live sandbox `id` (or name) of this user: resolves to a `NativeLive` (not
@@ -174,6 +226,14 @@ impl NativeSandbox {
 #[napi(ts_return_type = "Promise<string | Buffer | NativeLive | NativeError>")]
 pub fn attach_live(id: String) -> AsyncTask<LiveTask> {
     task(move || LiveSandbox::attach(&id).map(|live| Done::Started(Box::new(live))))
+}
+
+impl NativeLive {
+    fn owning(live: LiveSandbox) -> NativeLive {
+        NativeLive {
+            live: Arc::new(Mutex::new(Some(Arc::new(live)))),
+        }
+    }
 }
 
 #[napi]
@@ -207,7 +267,7 @@ impl NativeLive {
     /// One request: `op` names it, `json` holds its arguments, `data` the bytes of
     /// `exec` stdin, `writeStdin` and `writeFile`. Resolves to JSON text, a Buffer
     /// (`readFile`) or a `NativeError`.
-    #[napi(ts_return_type = "Promise<string | Buffer | NativeLive | NativeError>")]
+    #[napi(ts_return_type = "Promise<string | Buffer | NativeLive | NativeError | NativeLive[]>")]
     pub fn call(&self, op: String, json: String, data: Option<Buffer>) -> AsyncTask<LiveTask> {
         let data = data.map(|d| d.to_vec());
         let state = Arc::clone(&self.live);
@@ -249,6 +309,34 @@ fn request(
     let what = format!("{op} arguments");
     match op {
         "info" => to_json(&live.refresh()?),
+        "snapshot" => {
+            #[derive(Deserialize)]
+            #[serde(rename_all = "camelCase", deny_unknown_fields)]
+            struct Snap {
+                name: Option<String>,
+                snapshot_dir: Option<String>,
+            }
+            let a: Snap = args(json, &what)?;
+            to_json(&live.snapshot(&store(a.snapshot_dir.as_deref())?, a.name.as_deref())?)
+        }
+        "fork" => {
+            #[derive(Deserialize)]
+            #[serde(rename_all = "camelCase", deny_unknown_fields)]
+            struct Fork {
+                count: usize,
+                ttl: Option<f64>,
+                idle_ttl: Option<f64>,
+                snapshot_dir: Option<String>,
+            }
+            let a: Fork = args(json, &what)?;
+            let options = StartOptions {
+                ttl: seconds(a.ttl, "ttl")?,
+                idle_ttl: seconds(a.idle_ttl, "idleTtl")?,
+                ..StartOptions::default()
+            };
+            let forked = live.fork(&store(a.snapshot_dir.as_deref())?, a.count, &options)?;
+            Ok(Done::Forked(forked.children))
+        }
         "exec" => {
             let request: ExecRequest = args::<ExecArgs>(json, &what)?.into();
             let stdin = data.map(|bytes| {

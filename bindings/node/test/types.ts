@@ -18,8 +18,10 @@ import {
   InvalidRequestError,
   LimitExceededError,
   LiveSandbox,
+  removeSnapshot,
   Sandbox,
   Session,
+  snapshots,
   SetupFailedError,
   StrataError,
   Tool,
@@ -50,6 +52,7 @@ import type {
   LiveOutput,
   LiveProcess,
   PublishedPort,
+  SnapshotInfo,
   ToolInput,
   ToolOutput,
   Transfer,
@@ -244,6 +247,13 @@ async function liveSandboxes(): Promise<void> {
   const port: PublishedPort = await live.publish(8001, { hostPort: 0 })
   const entries: LiveEntry[] = await live.listDir('/tmp')
   const again: LiveSandbox = await LiveSandbox.attach(live.id)
+  const snap: SnapshotInfo = await live.snapshot({ name: 'n', snapshotDir: '/tmp/s' })
+  const carried: string[] = snap.carries
+  const children: LiveSandbox[] = await live.fork(2, { ttl: 60 })
+  const restored: LiveSandbox = await new Sandbox().startFrom('n', { snapshotDir: '/tmp/s', ttl: 5 })
+  const all: SnapshotInfo[] = await snapshots({ snapshotDir: '/tmp/s' })
+  await removeSnapshot('n')
+  void [carried, children, restored, all]
   // @ts-expect-error: argv, never a shell string
   await live.exec('ls -l')
   await live.stop()

@@ -22,6 +22,7 @@ mod policy;
 mod result;
 mod sandbox;
 mod session;
+mod snapshots;
 mod types;
 mod workspace;
 
@@ -48,6 +49,8 @@ fn _strata(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sandbox::PyRunHandle>()?;
     m.add_class::<session::PySession>()?;
     m.add_class::<live::PyLiveSandbox>()?;
+    m.add_function(wrap_pyfunction!(snapshots::snapshots, m)?)?;
+    m.add_function(wrap_pyfunction!(snapshots::remove_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(packaged_helper, m)?)?;
     m.add_function(wrap_pyfunction!(policy::tier_preset, m)?)?;
     m.add_function(wrap_pyfunction!(policy::verify_audit, m)?)?;

@@ -31,6 +31,7 @@ pub(crate) fn start(
     caps: Option<&Bound<'_, PyAny>>,
     ttl: Option<&Bound<'_, PyAny>>,
     idle_ttl: Option<&Bound<'_, PyAny>>,
+    idle_pause: Option<&Bound<'_, PyAny>>,
     name: Option<String>,
     publish: Vec<u16>,
     supervisor: Option<PathBuf>,
@@ -42,6 +43,7 @@ pub(crate) fn start(
         name,
         ttl: duration(ttl, "ttl")?,
         idle_ttl: duration(idle_ttl, "idle_ttl")?,
+        idle_pause: duration(idle_pause, "idle_pause")?,
         supervisor,
         state_dir,
         publish: publish.into_iter().map(PublishRequest::loopback).collect(),
@@ -49,6 +51,39 @@ pub(crate) fn start(
     };
     let live = py
         .detach(|| sandbox.sandbox.start(&caps, options))
+        .py_err(py)?;
+    Ok(PyLiveSandbox::new(live))
+}
+
+/// Starts a live sandbox from a snapshot for `Sandbox.start_from`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_from(
+    py: Python<'_>,
+    sandbox: &PySandbox,
+    snapshot: String,
+    ttl: Option<&Bound<'_, PyAny>>,
+    idle_ttl: Option<&Bound<'_, PyAny>>,
+    name: Option<String>,
+    publish: Vec<u16>,
+    supervisor: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    snapshot_dir: Option<PathBuf>,
+) -> PyResult<PyLiveSandbox> {
+    sandbox.ensure_open(py)?;
+    let options = StartOptions {
+        name,
+        ttl: duration(ttl, "ttl")?,
+        idle_ttl: duration(idle_ttl, "idle_ttl")?,
+        supervisor,
+        state_dir,
+        publish: publish.into_iter().map(PublishRequest::loopback).collect(),
+        ..StartOptions::default()
+    };
+    let live = py
+        .detach(|| {
+            let store = crate::snapshots::store(snapshot_dir.as_deref())?;
+            sandbox.sandbox.start_from(&store, &snapshot, options)
+        })
         .py_err(py)?;
     Ok(PyLiveSandbox::new(live))
 }
@@ -401,6 +436,57 @@ impl PyLiveSandbox {
         let host = convert::path(host_path, "host_path")?;
         let moved = py.detach(|| live.download(&path, &host)).py_err(py)?;
         json(py, &moved)
+    }
+
+    /// Snapshots the sandbox (its own files, caps and policy on the process and container
+    /// backends) into the snapshot store (`snapshot_dir`, default `$STRATA_SNAPSHOT_DIR` or
+    /// `~/.local/share/strata/snapshots`) under `name` (default: its id). Returns a dict:
+    /// id, name, backend, source, created_at, carries, not_carried, files, bytes.
+    #[pyo3(signature = (name = None, *, snapshot_dir = None))]
+    fn snapshot<'py>(
+        &self,
+        py: Python<'py>,
+        name: Option<String>,
+        snapshot_dir: Option<PathBuf>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let live = self.live(py)?;
+        let info = py
+            .detach(|| {
+                let store = crate::snapshots::store(snapshot_dir.as_deref())?;
+                live.snapshot(&store, name.as_deref())
+            })
+            .py_err(py)?;
+        json(py, &info)
+    }
+
+    /// Starts `count` copies of the sandbox (1 to 100), each with its own copy of its files
+    /// and its caps and policy; each is owned by its returned handle.
+    #[pyo3(signature = (count = 1, *, ttl = None, idle_ttl = None, snapshot_dir = None))]
+    fn fork(
+        &self,
+        py: Python<'_>,
+        count: usize,
+        ttl: Option<&Bound<'_, PyAny>>,
+        idle_ttl: Option<&Bound<'_, PyAny>>,
+        snapshot_dir: Option<PathBuf>,
+    ) -> PyResult<Vec<PyLiveSandbox>> {
+        let live = self.live(py)?;
+        let options = StartOptions {
+            ttl: duration(ttl, "ttl")?,
+            idle_ttl: duration(idle_ttl, "idle_ttl")?,
+            ..StartOptions::default()
+        };
+        let forked = py
+            .detach(|| {
+                let store = crate::snapshots::store(snapshot_dir.as_deref())?;
+                live.fork(&store, count, &options)
+            })
+            .py_err(py)?;
+        Ok(forked
+            .children
+            .into_iter()
+            .map(PyLiveSandbox::new)
+            .collect())
     }
 
     /// Ends the sandbox (every process, its cgroup and state) and returns once all of it is

@@ -613,11 +613,13 @@ impl PySandbox {
 
     /// Starts a `LiveSandbox`: one sandbox that stays up for a task (process backend).
     /// `caps` default to the profile's, else `Caps()`; `ttl` and `idle_ttl` (seconds) end
-    /// it; `publish` lists TCP ports inside to publish on host loopback; `supervisor` is
-    /// the `strata-live` binary (default: the package's). Owned by the returned handle.
+    /// it; `idle_pause` (seconds) freezes it while idle until the next request that needs
+    /// it running; `publish` lists TCP ports inside to publish on host loopback;
+    /// `supervisor` is the `strata-live` binary (default: the package's). Owned by the
+    /// returned handle.
     #[pyo3(signature = (
-        caps = None, *, ttl = None, idle_ttl = None, name = None, publish = Vec::new(),
-        supervisor = None, state_dir = None
+        caps = None, *, ttl = None, idle_ttl = None, idle_pause = None, name = None,
+        publish = Vec::new(), supervisor = None, state_dir = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn start(
@@ -626,13 +628,48 @@ impl PySandbox {
         caps: Option<&Bound<'_, PyAny>>,
         ttl: Option<&Bound<'_, PyAny>>,
         idle_ttl: Option<&Bound<'_, PyAny>>,
+        idle_pause: Option<&Bound<'_, PyAny>>,
         name: Option<String>,
         publish: Vec<u16>,
         supervisor: Option<PathBuf>,
         state_dir: Option<PathBuf>,
     ) -> PyResult<crate::live::PyLiveSandbox> {
         crate::live::start(
-            py, self, caps, ttl, idle_ttl, name, publish, supervisor, state_dir,
+            py, self, caps, ttl, idle_ttl, idle_pause, name, publish, supervisor, state_dir,
+        )
+    }
+
+    /// Starts a `LiveSandbox` from the snapshot `snapshot` (`LiveSandbox.snapshot`): it is
+    /// verified first (seal, owner, every file), its caps are admitted under this sandbox's
+    /// tier, and it starts on the snapshot's backend with its files copied in.
+    #[pyo3(signature = (
+        snapshot, *, ttl = None, idle_ttl = None, name = None, publish = Vec::new(),
+        supervisor = None, state_dir = None, snapshot_dir = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn start_from(
+        &self,
+        py: Python<'_>,
+        snapshot: String,
+        ttl: Option<&Bound<'_, PyAny>>,
+        idle_ttl: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+        publish: Vec<u16>,
+        supervisor: Option<PathBuf>,
+        state_dir: Option<PathBuf>,
+        snapshot_dir: Option<PathBuf>,
+    ) -> PyResult<crate::live::PyLiveSandbox> {
+        crate::live::start_from(
+            py,
+            self,
+            snapshot,
+            ttl,
+            idle_ttl,
+            name,
+            publish,
+            supervisor,
+            state_dir,
+            snapshot_dir,
         )
     }
 

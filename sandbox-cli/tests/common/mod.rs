@@ -54,10 +54,16 @@ impl Live {
         self.state.path()
     }
 
+    /// The snapshot store of this test's CLI (`STRATA_SNAPSHOT_DIR`), in the state directory.
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.state.path().join("snapshots")
+    }
+
     pub fn strata(&self, args: &[&str]) -> Output {
         Command::new(exe())
             .args(args)
             .env("STRATA_STATE_DIR", self.state.path())
+            .env("STRATA_SNAPSHOT_DIR", self.snapshot_dir())
             .output()
             .expect("run strata")
     }

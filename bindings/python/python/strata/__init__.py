@@ -66,6 +66,8 @@ from strata._strata import (
     agent_public_key,
     caps_for_call,
     generate_agent_key,
+    remove_snapshot,
+    snapshots,
     tier_preset,
     verify_audit,
 )
@@ -103,6 +105,8 @@ __all__ = [
     "doctor",
     "follow",
     "generate_agent_key",
+    "remove_snapshot",
+    "snapshots",
     "tier_preset",
     "verify_audit",
 ]
@@ -505,6 +509,7 @@ class Sandbox(_strata.Sandbox):
         *,
         ttl: Optional[float] = None,
         idle_ttl: Optional[float] = None,
+        idle_pause: Optional[float] = None,
         name: Optional[str] = None,
         publish: Sequence[int] = (),
         supervisor: Union[str, "os.PathLike[str]", None] = None,
@@ -513,15 +518,47 @@ class Sandbox(_strata.Sandbox):
         """Starts a :class:`LiveSandbox`: one sandbox that stays up for a task (process
         backend), owned by the returned handle (``with sb.start() as live:``).
         ``supervisor`` defaults to ``$STRATA_LIVE`` or the ``strata-live`` binary shipped in
-        the wheel; ``publish`` lists TCP ports inside to publish on host loopback."""
+        the wheel; ``publish`` lists TCP ports inside to publish on host loopback;
+        ``idle_pause`` (seconds) freezes it while idle, until the next request that needs it
+        running."""
         return super().start(
             caps,
+            ttl=ttl,
+            idle_ttl=idle_ttl,
+            idle_pause=idle_pause,
+            name=name,
+            publish=list(publish),
+            supervisor=supervisor if supervisor is not None else _default_supervisor(),
+            state_dir=state_dir,
+        )
+
+    def start_from(
+        self,
+        snapshot: str,
+        *,
+        ttl: Optional[float] = None,
+        idle_ttl: Optional[float] = None,
+        name: Optional[str] = None,
+        publish: Sequence[int] = (),
+        supervisor: Union[str, "os.PathLike[str]", None] = None,
+        state_dir: Union[str, "os.PathLike[str]", None] = None,
+        snapshot_dir: Union[str, "os.PathLike[str]", None] = None,
+    ) -> LiveSandbox:
+        """Starts a :class:`LiveSandbox` from the snapshot ``snapshot``
+        (:meth:`LiveSandbox.snapshot`): verified first (its seal, owner and every file;
+        an altered or another user's snapshot raises :class:`DeniedError`), its caps
+        admitted under this sandbox's tier, on the snapshot's backend, with its files
+        copied in. ``snapshot_dir`` defaults to ``$STRATA_SNAPSHOT_DIR`` or
+        ``~/.local/share/strata/snapshots``."""
+        return super().start_from(
+            snapshot,
             ttl=ttl,
             idle_ttl=idle_ttl,
             name=name,
             publish=list(publish),
             supervisor=supervisor if supervisor is not None else _default_supervisor(),
             state_dir=state_dir,
+            snapshot_dir=snapshot_dir,
         )
 
     async def astart(self, caps: CapsLike = None, **options: Any) -> "AsyncLiveSandbox":

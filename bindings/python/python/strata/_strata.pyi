@@ -463,10 +463,23 @@ class Sandbox:
         *,
         ttl: Optional[float] = None,
         idle_ttl: Optional[float] = None,
+        idle_pause: Optional[float] = None,
         name: Optional[str] = None,
         publish: Sequence[int] = ...,
         supervisor: Optional[_Path] = None,
         state_dir: Optional[_Path] = None,
+    ) -> LiveSandbox: ...
+    def start_from(
+        self,
+        snapshot: str,
+        *,
+        ttl: Optional[float] = None,
+        idle_ttl: Optional[float] = None,
+        name: Optional[str] = None,
+        publish: Sequence[int] = ...,
+        supervisor: Optional[_Path] = None,
+        state_dir: Optional[_Path] = None,
+        snapshot_dir: Optional[_Path] = None,
     ) -> LiveSandbox: ...
     def revoke_elevations(self) -> None: ...
     def doctor(self) -> DoctorReport: ...
@@ -522,11 +535,36 @@ class _PublishedPort(TypedDict):
     guest_port: int
 
 @final
+class _SnapshotInfo(TypedDict):
+    id: str
+    name: str
+    backend: str
+    source: str
+    created_at: int
+    carries: List[str]
+    not_carried: List[str]
+    files: int
+    bytes: int
+
+def snapshots(*, snapshot_dir: Optional[_Path] = None) -> List[_SnapshotInfo]: ...
+def remove_snapshot(name: str, *, snapshot_dir: Optional[_Path] = None) -> None: ...
+
 class LiveSandbox:
     """A sandbox that stays up for a task (``Sandbox.start``)."""
 
     @staticmethod
     def attach(id: str) -> LiveSandbox: ...
+    def snapshot(
+        self, name: Optional[str] = None, *, snapshot_dir: Optional[_Path] = None
+    ) -> _SnapshotInfo: ...
+    def fork(
+        self,
+        count: int = 1,
+        *,
+        ttl: Optional[float] = None,
+        idle_ttl: Optional[float] = None,
+        snapshot_dir: Optional[_Path] = None,
+    ) -> List[LiveSandbox]: ...
     @property
     def id(self) -> str: ...
     @property
