@@ -40,6 +40,8 @@ __all__ = [
     "packaged_helper",
     "tier_preset",
     "verify_audit",
+    "snapshots",
+    "remove_snapshot",
     "AgentDirectory",
     "MessageVerifier",
     "generate_agent_key",
@@ -534,7 +536,6 @@ class _PublishedPort(TypedDict):
     host_port: int
     guest_port: int
 
-@final
 class _SnapshotInfo(TypedDict):
     id: str
     name: str
@@ -548,7 +549,7 @@ class _SnapshotInfo(TypedDict):
 
 def snapshots(*, snapshot_dir: Optional[_Path] = None) -> List[_SnapshotInfo]: ...
 def remove_snapshot(name: str, *, snapshot_dir: Optional[_Path] = None) -> None: ...
-
+@final
 class LiveSandbox:
     """A sandbox that stays up for a task (``Sandbox.start``)."""
 
