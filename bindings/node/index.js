@@ -359,34 +359,10 @@ class Sandbox {
    * options (nothing is started then).
    */
   async start(caps, options) {
-    const opts = checkKeys(options, START_OPTIONS, 'start option')
-    const bad =
-      (opts.ttl !== undefined && typeof opts.ttl !== 'number' && 'ttl must be a number of seconds') ||
-      (opts.idleTtl !== undefined && typeof opts.idleTtl !== 'number' && 'idleTtl must be a number of seconds') ||
-      (opts.idlePause !== undefined && typeof opts.idlePause !== 'number' && 'idlePause must be a number of seconds') ||
-      (opts.name !== undefined && typeof opts.name !== 'string' && 'name must be a string') ||
-      (opts.publish !== undefined &&
-        !(Array.isArray(opts.publish) && opts.publish.every((p) => Number.isInteger(p) && p > 0 && p < 65536)) &&
-        'publish must be an array of TCP ports (1-65535)') ||
-      (opts.supervisor !== undefined && typeof opts.supervisor !== 'string' && 'supervisor must be a path string') ||
-      (opts.stateDir !== undefined && typeof opts.stateDir !== 'string' && 'stateDir must be a path string')
-    if (bad) throw new InvalidRequestError(bad)
-    const supervisor =
-      opts.supervisor ?? process.env.STRATA_LIVE ?? (fs.existsSync(supervisorPath) ? supervisorPath : undefined)
+    const json = liveStartJson(checkKeys(options, START_OPTIONS, 'start option'))
     let pending
     try {
-      pending = this.#native.startLive(
-        caps,
-        JSON.stringify({
-          ttl: opts.ttl,
-          idleTtl: opts.idleTtl,
-          idlePause: opts.idlePause,
-          name: opts.name,
-          publish: opts.publish ?? [],
-          supervisor,
-          stateDir: opts.stateDir,
-        }),
-      )
+      pending = this.#native.startLive(caps, json)
     } catch (error) {
       throw fromConversion(error)
     }
@@ -400,30 +376,8 @@ class Sandbox {
    */
   async startFrom(snapshot, options) {
     if (typeof snapshot !== 'string') throw new InvalidRequestError('snapshot must be a snapshot name')
-    const opts = checkKeys(options, START_FROM_OPTIONS, 'startFrom option')
-    const bad =
-      (opts.ttl !== undefined && typeof opts.ttl !== 'number' && 'ttl must be a number of seconds') ||
-      (opts.idleTtl !== undefined && typeof opts.idleTtl !== 'number' && 'idleTtl must be a number of seconds') ||
-      (opts.name !== undefined && typeof opts.name !== 'string' && 'name must be a string') ||
-      (opts.snapshotDir !== undefined && typeof opts.snapshotDir !== 'string' && 'snapshotDir must be a path string') ||
-      (opts.stateDir !== undefined && typeof opts.stateDir !== 'string' && 'stateDir must be a path string')
-    if (bad) throw new InvalidRequestError(bad)
-    const supervisor =
-      opts.supervisor ?? process.env.STRATA_LIVE ?? (fs.existsSync(supervisorPath) ? supervisorPath : undefined)
-    const pending = this.#native.startLiveFrom(
-      snapshot,
-      JSON.stringify({
-        ttl: opts.ttl,
-        idleTtl: opts.idleTtl,
-        idlePause: opts.idlePause,
-        name: opts.name,
-        publish: opts.publish ?? [],
-        supervisor,
-        stateDir: opts.stateDir,
-        snapshotDir: opts.snapshotDir,
-      }),
-    )
-    return new LiveSandbox(unwrap(await pending))
+    const json = liveStartJson(checkKeys(options, START_FROM_OPTIONS, 'startFrom option'))
+    return new LiveSandbox(unwrap(await this.#native.startLiveFrom(snapshot, json)))
   }
 
   /** Runs a call of `session` (used by Session.run). */
@@ -694,6 +648,35 @@ function execArgs(argv, opts) {
     workdir: opts.workdir,
     timeoutMs: opts.timeout === undefined ? undefined : Math.ceil(opts.timeout * 1000),
   }
+}
+
+/** The JSON of `start`'s and `startFrom`'s options, checked (InvalidRequestError names a bad one). */
+function liveStartJson(opts) {
+  const path = (key) => opts[key] !== undefined && typeof opts[key] !== 'string' && `${key} must be a path string`
+  const bad =
+    (opts.ttl !== undefined && typeof opts.ttl !== 'number' && 'ttl must be a number of seconds') ||
+    (opts.idleTtl !== undefined && typeof opts.idleTtl !== 'number' && 'idleTtl must be a number of seconds') ||
+    (opts.idlePause !== undefined && typeof opts.idlePause !== 'number' && 'idlePause must be a number of seconds') ||
+    (opts.name !== undefined && typeof opts.name !== 'string' && 'name must be a string') ||
+    (opts.publish !== undefined &&
+      !(Array.isArray(opts.publish) && opts.publish.every((p) => Number.isInteger(p) && p > 0 && p < 65536)) &&
+      'publish must be an array of TCP ports (1-65535)') ||
+    path('supervisor') ||
+    path('stateDir') ||
+    path('snapshotDir')
+  if (bad) throw new InvalidRequestError(bad)
+  const supervisor =
+    opts.supervisor ?? process.env.STRATA_LIVE ?? (fs.existsSync(supervisorPath) ? supervisorPath : undefined)
+  return JSON.stringify({
+    ttl: opts.ttl,
+    idleTtl: opts.idleTtl,
+    idlePause: opts.idlePause,
+    name: opts.name,
+    publish: opts.publish ?? [],
+    supervisor,
+    stateDir: opts.stateDir,
+    snapshotDir: opts.snapshotDir,
+  })
 }
 
 function liveExit(exit) {

@@ -100,16 +100,17 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
             "--risk routes one run; a live sandbox's backend is --backend (or --image for the container backend)",
         ));
     }
+    // What the supervisor keeps for any start: the name, clocks and ports.
+    let mut options = StartOptions {
+        name,
+        ttl: seconds("ttl", ttl)?,
+        idle_ttl: seconds("idle-ttl", idle_ttl)?,
+        idle_pause: seconds("idle-pause", idle_pause)?,
+        owned: false,
+        publish,
+        ..StartOptions::default()
+    };
     if let Some(from) = from {
-        let options = StartOptions {
-            name,
-            ttl: seconds("ttl", ttl)?,
-            idle_ttl: seconds("idle-ttl", idle_ttl)?,
-            idle_pause: seconds("idle-pause", idle_pause)?,
-            owned: false,
-            publish,
-            ..StartOptions::default()
-        };
         return crate::snapshots::start_from(&from, run, options);
     }
     if run.backend == "auto" {
@@ -131,17 +132,8 @@ fn start_sandbox(args: StartArgs) -> strata::Result<LiveSandbox> {
     // the approver: a program, or this terminal), and every exec's program checked by the
     // supervisor (which can ask an approver program, not a terminal) and audited.
     let sandbox = request.sandbox_builder().build()?;
-    let mut options = StartOptions {
-        strictness: request.strictness,
-        backend,
-        name,
-        ttl: seconds("ttl", ttl)?,
-        idle_ttl: seconds("idle-ttl", idle_ttl)?,
-        idle_pause: seconds("idle-pause", idle_pause)?,
-        owned: false,
-        publish,
-        ..StartOptions::default()
-    };
+    options.strictness = request.strictness;
+    options.backend = backend;
     if let Some(crate::approve::ApproverChoice::Program(program)) = &request.approver {
         options.policy.approver = Some(program.clone());
     }
