@@ -23,6 +23,27 @@ fn duration(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<std::
     }
 }
 
+/// The options `Sandbox.start` and `Sandbox.start_from` share: clocks, name, ports, where
+/// the supervisor and state are.
+fn start_options(
+    ttl: Option<&Bound<'_, PyAny>>,
+    idle_ttl: Option<&Bound<'_, PyAny>>,
+    name: Option<String>,
+    publish: Vec<u16>,
+    supervisor: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+) -> PyResult<StartOptions> {
+    Ok(StartOptions {
+        name,
+        ttl: duration(ttl, "ttl")?,
+        idle_ttl: duration(idle_ttl, "idle_ttl")?,
+        supervisor,
+        state_dir,
+        publish: publish.into_iter().map(PublishRequest::loopback).collect(),
+        ..StartOptions::default()
+    })
+}
+
 /// Starts a live sandbox for `Sandbox.start`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
@@ -39,16 +60,8 @@ pub(crate) fn start(
 ) -> PyResult<PyLiveSandbox> {
     sandbox.ensure_open(py)?;
     let caps = sandbox.caps_or_profile(caps)?.into_owned();
-    let options = StartOptions {
-        name,
-        ttl: duration(ttl, "ttl")?,
-        idle_ttl: duration(idle_ttl, "idle_ttl")?,
-        idle_pause: duration(idle_pause, "idle_pause")?,
-        supervisor,
-        state_dir,
-        publish: publish.into_iter().map(PublishRequest::loopback).collect(),
-        ..StartOptions::default()
-    };
+    let mut options = start_options(ttl, idle_ttl, name, publish, supervisor, state_dir)?;
+    options.idle_pause = duration(idle_pause, "idle_pause")?;
     let live = py
         .detach(|| sandbox.sandbox.start(&caps, options))
         .py_err(py)?;
@@ -70,15 +83,7 @@ pub(crate) fn start_from(
     snapshot_dir: Option<PathBuf>,
 ) -> PyResult<PyLiveSandbox> {
     sandbox.ensure_open(py)?;
-    let options = StartOptions {
-        name,
-        ttl: duration(ttl, "ttl")?,
-        idle_ttl: duration(idle_ttl, "idle_ttl")?,
-        supervisor,
-        state_dir,
-        publish: publish.into_iter().map(PublishRequest::loopback).collect(),
-        ..StartOptions::default()
-    };
+    let options = start_options(ttl, idle_ttl, name, publish, supervisor, state_dir)?;
     let live = py
         .detach(|| {
             let store = crate::snapshots::store(snapshot_dir.as_deref())?;

@@ -166,7 +166,8 @@ impl SnapshotStore {
         &self.dir
     }
 
-    /// Every snapshot in the store that verifies, oldest first. One that does not is left
+    /// Every snapshot in the store whose seal and owner check out, oldest first (its files
+    /// are checked when it is used, by [`SnapshotStore::load`]). One that does not is left
     /// out (and stays on disk for `remove`).
     ///
     /// # Errors
