@@ -103,5 +103,10 @@ if [ -f bindings/node/package.json ] && [ -x bindings/node/test.sh ]; then
   bindings/node/test.sh
 fi
 
+if [ -x tests/e2b/test.sh ]; then
+  section "e2b: official SDKs"
+  tests/e2b/test.sh
+fi
+
 summary
 echo "all suites passed"

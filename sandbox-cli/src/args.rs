@@ -34,6 +34,9 @@ pub enum Command {
     /// (stdio, or streamable HTTP with --http). Every run gets the profile's caps; a client
     /// cannot widen them.
     Mcp(McpArgs),
+    /// Serve E2B's API (control plane and envd) so the official E2B SDKs drive live
+    /// sandboxes: `E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=KEY`.
+    Serve(ServeArgs),
     /// Kubernetes (kubernetes-sigs/agent-sandbox): the objects a tier or profile becomes.
     #[command(subcommand)]
     Kube(KubeCommand),
@@ -307,6 +310,38 @@ pub struct McpArgs {
     #[arg(long = "max-sessions", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_sessions: Option<u32>,
+}
+
+/// `strata serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve the E2B-compatible API at ADDR (HOST:PORT; port 0 picks one) and print its URL
+    /// on stdout. Plain HTTP: a non-loopback ADDR needs --insecure-public (put TLS in front).
+    #[arg(long, value_name = "ADDR")]
+    pub e2b: String,
+    /// The profile (TOML, or JSON for *.json) of every sandbox: caps, strictness, tier. A
+    /// client cannot widen its caps (it may narrow the network). Default: the default caps
+    /// (no mounts, no network).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// The API key clients send (X-API-KEY), at least 16 characters. Default:
+    /// --api-key-file, else $E2B_API_KEY.
+    #[arg(long = "api-key", value_name = "KEY", conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// A file of API keys, one per line (each key sees only its own sandboxes).
+    #[arg(long = "api-key-file", value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// The most sandboxes one API key has at once (running or paused).
+    #[arg(long = "max-sandboxes", value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_sandboxes: u32,
+    /// The live backend of every sandbox: process, container or microvm.
+    #[arg(long, value_name = "BACKEND", default_value = "process")]
+    pub backend: String,
+    /// Allow a non-loopback ADDR over plain HTTP (keys and tokens cross the network in
+    /// the clear unless a TLS proxy is in front).
+    #[arg(long = "insecure-public")]
+    pub insecure_public: bool,
 }
 
 /// `strata audit ...`.
@@ -922,6 +957,7 @@ mod tests {
             Command::Doctor { .. }
             | Command::Audit(_)
             | Command::Mcp(_)
+            | Command::Serve(_)
             | Command::Kube(_)
             | Command::Live(_) => Err(Error::invalid("not run")),
         }

@@ -10,12 +10,16 @@
 
 mod approve;
 mod args;
+#[cfg(feature = "e2b")]
+mod e2b;
 #[cfg(feature = "kube")]
 mod kube;
 mod live;
 #[cfg(feature = "mcp")]
 mod mcp;
 mod sanitize;
+#[cfg(any(feature = "mcp", feature = "e2b"))]
+mod shutdown;
 mod signals;
 mod snapshots;
 mod terminal;
@@ -83,6 +87,10 @@ fn main() -> ExitCode {
         Command::Mcp(args) => mcp::main(args),
         #[cfg(not(feature = "mcp"))]
         Command::Mcp(_) => not_built("mcp", "strata mcp"),
+        #[cfg(feature = "e2b")]
+        Command::Serve(args) => e2b::main(args),
+        #[cfg(not(feature = "e2b"))]
+        Command::Serve(_) => not_built("e2b", "strata serve"),
         #[cfg(feature = "kube")]
         Command::Kube(KubeCommand::Render(args)) => kube::render_command(&args),
         #[cfg(feature = "kube")]
@@ -147,7 +155,7 @@ fn error_code(err: &Error) -> ExitCode {
 
 /// A subcommand (or backend) of a cargo feature this binary was built without: exit 2,
 /// naming the feature.
-#[cfg(any(not(feature = "mcp"), not(feature = "kube")))]
+#[cfg(any(not(feature = "mcp"), not(feature = "kube"), not(feature = "e2b")))]
 fn not_built(feature: &str, what: &str) -> ExitCode {
     say(&format!(
         "{what} is not in this build of strata: rebuild sandbox-cli with the `{feature}` feature (on by default)"

@@ -131,7 +131,7 @@ async fn serve_stdio(server: StrataMcp, stopped: CancellationToken) -> strata::R
     };
     tokio::select! {
         result = serve => result,
-        () = terminated() => {
+        () = crate::shutdown::terminated() => {
             ct.cancel();
             Ok(())
         }
@@ -184,7 +184,7 @@ async fn serve_http(
     // The address on stdout (a test or a supervisor reads it, e.g. after port 0).
     println!("http://{local}/mcp");
     eprintln!("strata mcp: serving streamable HTTP at http://{local}/mcp");
-    let stop = terminated();
+    let stop = crate::shutdown::terminated();
     tokio::pin!(stop);
     loop {
         let stream = tokio::select! {
@@ -235,24 +235,6 @@ fn not_found() -> hyper::Response<HttpBody> {
     let mut response = hyper::Response::new(body);
     *response.status_mut() = hyper::StatusCode::NOT_FOUND;
     response
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn terminated() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let sigterm = async {
-        match term.as_mut() {
-            Some(term) => {
-                term.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = sigterm => {}
-    }
 }
 
 /// The MCP server: cheap to clone (the HTTP transport makes one per request).

@@ -1,0 +1,339 @@
+//! The server's sandboxes: which API key made each, its E2B attributes (template,
+//! metadata, access token, end time), the live sandbox under it, and the reaper that ends
+//! each at its end time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use strata::live::{LiveSandbox, StartOptions};
+use strata::{BackendKind, Caps, Error, Net, Sandbox, Strictness};
+
+/// The home and working directory of the base template's user, as in E2B's templates.
+pub const HOME: &str = "/home/user";
+/// The base template's user.
+pub const USER: &str = "user";
+/// The envd version this server speaks (the SDKs gate features on it).
+pub const ENVD_VERSION: &str = "0.6.4";
+/// The longest timeout a client may set, seconds (E2B's own cap for paid teams: 24 h).
+pub const MAX_TIMEOUT_S: u64 = 24 * 3600;
+/// The timeout of a sandbox created without one, seconds (the SDKs' default).
+pub const DEFAULT_TIMEOUT_S: u64 = 300;
+
+/// A process started through the process service: what it was started with.
+#[derive(Clone, Debug)]
+pub struct ProcessRecord {
+    pub cmd: String,
+    pub args: Vec<String>,
+    pub envs: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub tag: Option<String>,
+    /// Started on a terminal (its output is the `pty` stream).
+    pub tty: bool,
+}
+
+/// One E2B sandbox.
+pub struct Entry {
+    pub id: String,
+    /// The API key (its index in the server's keys) that made it: no other key sees it.
+    pub key: usize,
+    pub template: String,
+    pub metadata: BTreeMap<String, String>,
+    /// Required on every envd call (`X-Access-Token`) and the key of signed file URLs.
+    pub access_token: String,
+    /// The `Idempotency-Key` it was made with: the same key and token answer this sandbox.
+    pub idempotency: Option<String>,
+    /// Pause at the end time instead of ending (`autoPause`).
+    pub auto_pause: bool,
+    /// Whether it has any network.
+    pub internet: bool,
+    pub started_at: SystemTime,
+    pub end_at: Mutex<SystemTime>,
+    pub paused: AtomicBool,
+    pub live: LiveSandbox,
+    pub processes: Mutex<HashMap<i32, ProcessRecord>>,
+    pub watchers: Mutex<HashMap<String, Arc<crate::e2b::filesystem::Watcher>>>,
+    /// Streams open now (exec output, watches), bounded by [`MAX_STREAMS`].
+    pub streams: Arc<tokio::sync::Semaphore>,
+}
+
+/// The most streams (process output, directory watches) one sandbox has open at once.
+pub const MAX_STREAMS: usize = 64;
+
+impl Entry {
+    /// The end time.
+    pub fn end_at(&self) -> SystemTime {
+        *lock(&self.end_at)
+    }
+
+    /// Sets the end time to `timeout` from now.
+    pub fn set_timeout(&self, timeout: Duration) {
+        *lock(&self.end_at) = SystemTime::now() + timeout;
+    }
+
+    /// Moves the end time to `timeout` from now if that is later (never earlier).
+    pub fn extend(&self, timeout: Duration) {
+        let mut end = lock(&self.end_at);
+        let asked = SystemTime::now() + timeout;
+        if asked > *end {
+            *end = asked;
+        }
+    }
+
+    /// Whether `token` is this sandbox's access token (constant time).
+    pub fn token_matches(&self, token: &str) -> bool {
+        digest(token).ct_eq(&digest(&self.access_token)).into()
+    }
+}
+
+/// Locks `mutex`, taking the data of a poisoned one (a panicked handler leaves it whole).
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// SHA-256 of `text` (keys and tokens are compared as digests, in constant time).
+pub fn digest(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+/// How the server was configured.
+pub struct Settings {
+    /// The sandbox (profile: backend, strictness, tier, audit log) every sandbox starts on.
+    pub sandbox: Sandbox,
+    /// The profile's caps: every sandbox gets these (a client can only narrow the network).
+    pub caps: Caps,
+    /// The live backend.
+    pub backend: BackendKind,
+    /// The profile's strictness.
+    pub strictness: Strictness,
+    /// The API keys (SHA-256 of each, compared in constant time).
+    pub keys: Vec<[u8; 32]>,
+    /// The most sandboxes one key has at once.
+    pub max_per_key: usize,
+}
+
+/// The server's sandboxes.
+pub struct Registry {
+    pub settings: Settings,
+    entries: Mutex<HashMap<String, Arc<Entry>>>,
+    /// Held while a sandbox is being made, per key: the count check and the insert are one
+    /// step even though starting takes a while.
+    starting: Mutex<HashMap<usize, usize>>,
+}
+
+impl Registry {
+    pub fn new(settings: Settings) -> Registry {
+        Registry {
+            settings,
+            entries: Mutex::new(HashMap::new()),
+            starting: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The index of the API key `key`, if it is one of the server's (constant time per key).
+    pub fn key_index(&self, key: &str) -> Option<usize> {
+        let asked = digest(key);
+        let mut found = None;
+        for (index, known) in self.settings.keys.iter().enumerate() {
+            if bool::from(known.ct_eq(&asked)) {
+                found = Some(index);
+            }
+        }
+        found
+    }
+
+    /// Sandbox `id` of key `key` (another key's is "not found", as a missing one is).
+    pub fn get(&self, key: usize, id: &str) -> Option<Arc<Entry>> {
+        lock(&self.entries)
+            .get(id)
+            .filter(|entry| entry.key == key)
+            .cloned()
+    }
+
+    /// Sandbox `id`, whoever made it (envd calls are authorised by its access token).
+    pub fn get_any(&self, id: &str) -> Option<Arc<Entry>> {
+        lock(&self.entries).get(id).cloned()
+    }
+
+    /// Every sandbox of `key`.
+    pub fn of_key(&self, key: usize) -> Vec<Arc<Entry>> {
+        lock(&self.entries)
+            .values()
+            .filter(|entry| entry.key == key)
+            .cloned()
+            .collect()
+    }
+
+    /// Every sandbox.
+    pub fn all(&self) -> Vec<Arc<Entry>> {
+        lock(&self.entries).values().cloned().collect()
+    }
+
+    /// Reserves a place for one more sandbox of `key`.
+    ///
+    /// # Errors
+    /// The key has `max_per_key` sandboxes (running, paused or starting).
+    pub fn reserve(&self, key: usize) -> Result<Reservation<'_>, String> {
+        let running = self.of_key(key).len();
+        let mut starting = lock(&self.starting);
+        let pending = starting.entry(key).or_insert(0);
+        if running + *pending >= self.settings.max_per_key {
+            return Err(format!(
+                "this API key has {} sandboxes (the server's --max-sandboxes); kill one first",
+                self.settings.max_per_key
+            ));
+        }
+        *pending += 1;
+        Ok(Reservation {
+            registry: self,
+            key,
+        })
+    }
+
+    /// Adds a started sandbox.
+    pub fn insert(&self, entry: Entry) -> Arc<Entry> {
+        let entry = Arc::new(entry);
+        lock(&self.entries).insert(entry.id.clone(), entry.clone());
+        entry
+    }
+
+    /// Takes sandbox `id` out (the caller stops it).
+    pub fn remove(&self, id: &str) -> Option<Arc<Entry>> {
+        lock(&self.entries).remove(id)
+    }
+
+    /// Every running sandbox whose end time has passed (paused ones wait): those made
+    /// with `autoPause` stay in (the caller pauses them), the others are taken out (the
+    /// caller stops them).
+    pub fn expired(&self) -> (Vec<Arc<Entry>>, Vec<Arc<Entry>>) {
+        let now = SystemTime::now();
+        let mut entries = lock(&self.entries);
+        let due: Vec<Arc<Entry>> = entries
+            .values()
+            .filter(|entry| !entry.paused.load(Ordering::SeqCst) && entry.end_at() <= now)
+            .cloned()
+            .collect();
+        let (pause, stop): (Vec<_>, Vec<_>) = due.into_iter().partition(|e| e.auto_pause);
+        for entry in &stop {
+            entries.remove(&entry.id);
+        }
+        (pause, stop)
+    }
+
+    /// Takes out every sandbox (at shutdown).
+    pub fn drain(&self) -> Vec<Arc<Entry>> {
+        lock(&self.entries)
+            .drain()
+            .map(|(_, entry)| entry)
+            .collect()
+    }
+
+    /// The caps of a new sandbox of the base template: the profile's, with the base
+    /// template's home as working directory and environment, `env` on top, and the
+    /// network narrowed to `net` when asked.
+    pub fn base_caps(
+        &self,
+        env: &BTreeMap<String, String>,
+        net: Option<Net>,
+    ) -> Result<Caps, Error> {
+        let mut caps = self.settings.caps.clone();
+        caps.workdir = Some(HOME.into());
+        for (key, value) in [
+            ("HOME", HOME),
+            ("USER", USER),
+            ("LOGNAME", USER),
+            ("PWD", HOME),
+            ("SHELL", "/bin/bash"),
+        ] {
+            caps.env.entry(key.into()).or_insert_with(|| value.into());
+        }
+        for (key, value) in env {
+            caps.env.insert(key.clone(), value.clone());
+        }
+        if let Some(net) = net {
+            caps.net = net;
+        }
+        caps.validate()?;
+        Ok(caps)
+    }
+
+    /// Options of a new live sandbox: owned by this server (it ends with the server), on
+    /// the configured backend.
+    pub fn start_options(&self) -> StartOptions {
+        StartOptions {
+            backend: self.settings.backend,
+            strictness: self.settings.strictness,
+            owned: true,
+            ..StartOptions::default()
+        }
+    }
+}
+
+/// A place for a sandbox being started; released when dropped.
+pub struct Reservation<'a> {
+    registry: &'a Registry,
+    key: usize,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut starting = lock(&self.registry.starting);
+        if let Some(pending) = starting.get_mut(&self.key) {
+            *pending = pending.saturating_sub(1);
+        }
+    }
+}
+
+/// A random token: `bytes` bytes of OS randomness in hex.
+pub fn random_hex(bytes: usize) -> Result<String, Error> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf)
+        .map_err(|e| Error::internal("make a token", std::io::Error::other(e.to_string())))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Seconds since the epoch.
+pub fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// RFC 3339 (UTC, seconds) of `time`.
+pub fn rfc3339(time: SystemTime) -> String {
+    let secs = unix_seconds(time);
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (hour, minute, second) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_matches_known_dates() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_241_600);
+        assert_eq!(rfc3339(t), "2026-12-02T20:00:00Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00Z");
+    }
+}
