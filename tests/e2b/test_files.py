@@ -56,6 +56,11 @@ def test_make_dir_rename_remove(sandbox):
     assert sandbox.files.read("/tmp/d/g.txt") == "f"
     sandbox.files.remove("/tmp/d")
     assert not sandbox.files.exists("/tmp/d")
+    # Across the sandbox's directory trees (its home and /tmp).
+    sandbox.files.write("home.txt", "h")
+    assert sandbox.files.rename("home.txt", "/tmp/home.txt").path == "/tmp/home.txt"
+    assert sandbox.files.read("/tmp/home.txt") == "h"
+    assert not sandbox.files.exists("home.txt")
     with pytest.raises(NotFoundException):
         sandbox.files.rename("/tmp/d", "/tmp/x")
 

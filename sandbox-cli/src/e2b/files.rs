@@ -31,7 +31,6 @@ pub async fn handle(
     server: Arc<Server>,
     entry: Arc<Entry>,
     request: Request<Incoming>,
-    user: &str,
 ) -> Response<Body> {
     let query = http::query(request.uri());
     if let Some(name) = query.get("username") {
@@ -39,7 +38,6 @@ pub async fn handle(
             return http::rest_error(error.code.status(), error.message);
         }
     }
-    let _ = user;
     serve(server, entry, request, query).await
 }
 

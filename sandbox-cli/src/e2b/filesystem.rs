@@ -26,7 +26,7 @@ use strata::FileKind;
 use super::connect::{self, Code, RpcError};
 use super::http::{self, Body};
 use super::registry::{self, lock, Entry, HOME, USER};
-use super::{Server, MAX_BODY};
+use super::{blocking, Server, MAX_BODY};
 
 /// The most events a polled watcher keeps between two polls (older ones are dropped).
 const MAX_BUFFERED: usize = 4096;
@@ -59,7 +59,6 @@ pub async fn handle(
     server: Arc<Server>,
     entry: Arc<Entry>,
     request: Request<Incoming>,
-    _user: &str,
 ) -> Response<Body> {
     let method = request
         .uri()
@@ -149,15 +148,6 @@ fn parent_and_name(path: &str) -> (String, String) {
         Some((parent, name)) => (parent.into(), name.into()),
         None => ("/".into(), path.into()),
     }
-}
-
-/// Runs `work` (live sandbox calls block) off the async threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
-) -> Result<T, RpcError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| RpcError::new(Code::Internal, format!("a worker thread: {e}")))?
 }
 
 fn permissions(kind: FileKind, mode: u32) -> String {
@@ -285,12 +275,55 @@ async fn rename(
     blocking(move || {
         let live = &moving.live;
         if let Err(e) = live.rename(&source, &destination) {
-            return Err(failed(live, &source, e));
+            if !exists(live, &source) {
+                return Err(not_found(&source));
+            }
+            // The file API renames within one of the sandbox's directory trees (its home,
+            // /tmp, a mount); across two, the sandbox's own `mv` moves it.
+            move_across(live, &source, &destination).map_err(|why| {
+                RpcError::new(
+                    Code::InvalidArgument,
+                    format!("move {source}: {e}; mv: {why}"),
+                )
+            })?;
         }
         let moved = live.stat(&destination).map_err(RpcError::from)?;
         Ok(json!({ "entry": entry_info(&destination, &moved) }))
     })
     .await
+}
+
+/// Moves `source` to `destination` with `mv` inside the sandbox (at most 60 s).
+fn move_across(
+    live: &strata::live::LiveSandbox,
+    source: &str,
+    destination: &str,
+) -> Result<(), String> {
+    let request = strata::live::ExecRequest {
+        argv: ["mv", "-T", "--", source, destination]
+            .iter()
+            .map(|part| part.to_string())
+            .collect(),
+        env: Default::default(),
+        workdir: None,
+        timeout_ms: Some(60_000),
+        stdin: false,
+        detach: false,
+        tty: None,
+    };
+    let mut stderr = Vec::new();
+    let exit = live
+        .exec(request, None, |stream, bytes| {
+            if matches!(stream, strata::live::Stream::Stderr) && stderr.len() < 4096 {
+                stderr.extend_from_slice(bytes);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    if exit.exit_code == Some(0) {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&stderr).trim().to_string())
+    }
 }
 
 async fn list_dir(entry: &Arc<Entry>, path: &str, depth: u32) -> Result<Value, RpcError> {

@@ -165,8 +165,6 @@ fn api_keys(args: &ServeArgs) -> Result<Vec<[u8; 32]>, Error> {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), Error> {
-    use hyper_util::rt::TokioIo;
-
     let settings = settings(&args)?;
     let addr = args.e2b.as_str();
     let listener = tokio::net::TcpListener::bind(addr)
@@ -191,37 +189,15 @@ async fn serve(args: ServeArgs) -> Result<(), Error> {
     eprintln!("strata serve: E2B API and envd at http://{local}");
     let reaper = tokio::spawn(reap(server.clone()));
     let stopped = tokio_util::sync::CancellationToken::new();
-    let stop = crate::shutdown::terminated();
-    tokio::pin!(stop);
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    eprintln!("strata serve: accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut stop => break,
-        };
-        let server = server.clone();
-        let stopped = stopped.clone();
-        tokio::spawn(async move {
-            let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let server = server.clone();
-                async move { Ok::<_, Infallible>(handle(server, request).await) }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), handler);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stopped.cancelled() => connection.as_mut().graceful_shutdown(),
-            }
-        });
-    }
-    stopped.cancel();
+    let serving = server.clone();
+    crate::shutdown::serve_http1(listener, "strata serve", stopped, move || {
+        let server = serving.clone();
+        hyper::service::service_fn(move |request: Request<Incoming>| {
+            let server = server.clone();
+            async move { Ok::<_, Infallible>(handle(server, request).await) }
+        })
+    })
+    .await;
     reaper.abort();
     let entries = server.registry.drain();
     eprintln!("strata serve: stopping {} sandboxes", entries.len());
@@ -232,6 +208,15 @@ async fn serve(args: ServeArgs) -> Result<(), Error> {
     })
     .await;
     Ok(())
+}
+
+/// Runs `work` (live sandbox calls block) off the async threads.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
+) -> Result<T, RpcError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| RpcError::new(Code::Internal, format!("a worker thread: {e}")))?
 }
 
 /// Ends `entry`'s live sandbox (its processes, namespaces, cgroup and files).
@@ -331,19 +316,18 @@ async fn envd(server: Arc<Server>, request: Request<Incoming>) -> Response<Body>
     if entry.paused.load(std::sync::atomic::Ordering::SeqCst) {
         return gone(rpc, &id, "is paused (resume it with Sandbox.connect)");
     }
-    let user = match user_of(request.headers()) {
-        Ok(user) => user,
-        Err(error) => return envd_refusal(rpc, error),
-    };
+    if let Err(error) = user_of(request.headers()) {
+        return envd_refusal(rpc, error);
+    }
     match path.as_str() {
         "/health" => http::empty(StatusCode::NO_CONTENT),
         "/init" => http::empty(StatusCode::NO_CONTENT),
-        "/files" => files::handle(server, entry, request, &user).await,
+        "/files" => files::handle(server, entry, request).await,
         p if p.starts_with("/process.Process/") => {
-            process::handle(server, entry, request, &user).await
+            process::handle(server, entry, request).await
         }
         p if p.starts_with("/filesystem.Filesystem/") => {
-            filesystem::handle(server, entry, request, &user).await
+            filesystem::handle(server, entry, request).await
         }
         other => http::rest_error(
             StatusCode::NOT_FOUND,

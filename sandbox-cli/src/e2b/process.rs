@@ -27,7 +27,7 @@ use strata::live::{ExecRequest, ExitInfo, ProcessState, Stream, TtySize};
 use super::connect::{self, Code, Envelopes, RpcError};
 use super::http::{self, Body};
 use super::registry::{lock, Entry, ProcessRecord, HOME};
-use super::{Server, MAX_BODY};
+use super::{blocking, Server, MAX_BODY};
 
 /// The longest one output poll waits (the live sandbox's own cap).
 const POLL: Duration = Duration::from_secs(30);
@@ -111,7 +111,6 @@ pub async fn handle(
     server: Arc<Server>,
     entry: Arc<Entry>,
     request: Request<Incoming>,
-    _user: &str,
 ) -> Response<Body> {
     let method = request
         .uri()
@@ -162,15 +161,6 @@ fn unary_ok(value: &Value) -> Result<Response<Body>, RpcError> {
         "application/json",
         http::full(connect::unary_json(value)),
     ))
-}
-
-/// Runs `work` (live sandbox calls block) off the async threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, RpcError> + Send + 'static,
-) -> Result<T, RpcError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| RpcError::new(Code::Internal, format!("a worker thread: {e}")))?
 }
 
 fn size_of(pty: Option<&PtyConfig>) -> Result<Option<TtySize>, RpcError> {

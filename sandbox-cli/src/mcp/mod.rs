@@ -146,7 +146,6 @@ async fn serve_http(
     allow_hosts: &[String],
     stopped: CancellationToken,
 ) -> strata::Result<()> {
-    use hyper_util::rt::TokioIo;
     use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
     use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
     use tower_service::Service as _;
@@ -184,43 +183,19 @@ async fn serve_http(
     // The address on stdout (a test or a supervisor reads it, e.g. after port 0).
     println!("http://{local}/mcp");
     eprintln!("strata mcp: serving streamable HTTP at http://{local}/mcp");
-    let stop = crate::shutdown::terminated();
-    tokio::pin!(stop);
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    eprintln!("strata mcp: accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut stop => break,
-        };
+    crate::shutdown::serve_http1(listener, "strata mcp", stopped, move || {
         let service = service.clone();
-        let stopped = stopped.clone();
-        tokio::spawn(async move {
-            let handler = hyper::service::service_fn(
-                move |request: hyper::Request<hyper::body::Incoming>| {
-                    let mut service = service.clone();
-                    async move {
-                        if request.uri().path() != "/mcp" {
-                            return Ok(not_found());
-                        }
-                        service.call(request).await
-                    }
-                },
-            );
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), handler);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stopped.cancelled() => connection.as_mut().graceful_shutdown(),
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let mut service = service.clone();
+            async move {
+                if request.uri().path() != "/mcp" {
+                    return Ok(not_found());
+                }
+                service.call(request).await
             }
-        });
-    }
+        })
+    })
+    .await;
     Ok(())
 }
 
