@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -72,11 +72,7 @@ pub async fn handle(
     if method == "WatchDir" {
         return match watch_dir(&entry, &body).await {
             Ok(response) => response,
-            Err(error) => http::respond(
-                StatusCode::OK,
-                "application/connect+json",
-                http::full(connect::end_of_stream(Some(&error))),
-            ),
+            Err(error) => super::stream_failure(&error),
         };
     }
     let result = match connect::parse_unary::<PathRequest>(&body) {
@@ -98,14 +94,7 @@ pub async fn handle(
             )),
         },
     };
-    match result {
-        Ok(value) => http::respond(
-            StatusCode::OK,
-            "application/json",
-            http::full(connect::unary_json(&value)),
-        ),
-        Err(error) => http::json(error.code.status(), &error.json()),
-    }
+    super::unary_response(result)
 }
 
 /// `path` made absolute: relative ones (and `~/...`) are under the user's home.
@@ -451,11 +440,7 @@ async fn watch_dir(entry: &Arc<Entry>, body: &[u8]) -> Result<Response<Body>, Rp
         let error = result.err().map(RpcError::from);
         let _ = tx.blocking_send(connect::end_of_stream(error.as_ref()));
     });
-    Ok(http::respond(
-        StatusCode::OK,
-        "application/connect+json",
-        http::streamed(rx),
-    ))
+    Ok(super::stream_response(rx))
 }
 
 async fn create_watcher(

@@ -356,6 +356,36 @@ pub fn envd_refusal(rpc: bool, error: RpcError) -> Response<Body> {
     }
 }
 
+/// A Connect stream (`application/connect+json`) of the enveloped messages `rx` receives.
+pub fn stream_response(rx: tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Response<Body> {
+    http::respond(
+        StatusCode::OK,
+        "application/connect+json",
+        http::streamed(rx),
+    )
+}
+
+/// A Connect stream that ends at once with `error` (streams answer 200 and carry it).
+pub fn stream_failure(error: &RpcError) -> Response<Body> {
+    http::respond(
+        StatusCode::OK,
+        "application/connect+json",
+        http::full(connect::end_of_stream(Some(error))),
+    )
+}
+
+/// A unary Connect answer: `value` as JSON, or the error's status and `{code, message}`.
+pub fn unary_response(result: Result<serde_json::Value, RpcError>) -> Response<Body> {
+    match result {
+        Ok(value) => http::respond(
+            StatusCode::OK,
+            "application/json",
+            http::full(connect::unary_json(&value)),
+        ),
+        Err(error) => http::json(error.code.status(), &error.json()),
+    }
+}
+
 /// The user an envd call acts as: `Authorization: Basic base64("NAME:")`, default `user`.
 /// A live sandbox has one identity (uid 0 inside its own user namespace, an unprivileged
 /// uid on the host): `user` and `root` both name it.

@@ -141,26 +141,13 @@ pub async fn handle(
     };
     match result {
         Ok(response) => response,
-        Err(error) if streaming => stream_error(&error),
-        Err(error) => http::json(error.code.status(), &error.json()),
+        Err(error) if streaming => super::stream_failure(&error),
+        Err(error) => super::unary_response(Err(error)),
     }
 }
 
-/// A stream that ends at once with `error` (Connect streams answer 200 and carry it).
-fn stream_error(error: &RpcError) -> Response<Body> {
-    http::respond(
-        StatusCode::OK,
-        "application/connect+json",
-        http::full(connect::end_of_stream(Some(error))),
-    )
-}
-
 fn unary_ok(value: &Value) -> Result<Response<Body>, RpcError> {
-    Ok(http::respond(
-        StatusCode::OK,
-        "application/json",
-        http::full(connect::unary_json(value)),
-    ))
+    Ok(super::unary_response(Ok(value.clone())))
 }
 
 fn size_of(pty: Option<&PtyConfig>) -> Result<Option<TtySize>, RpcError> {
@@ -245,11 +232,7 @@ async fn start(
         let _permit = permit;
         follow(&following, pid, 0, tty.is_some(), keepalive, &tx);
     });
-    Ok(http::respond(
-        StatusCode::OK,
-        "application/connect+json",
-        http::streamed(rx),
-    ))
+    Ok(super::stream_response(rx))
 }
 
 fn event(value: Value) -> Bytes {
@@ -416,11 +399,7 @@ async fn connect_to(
         let _permit = permit;
         follow(&following, pid, since.next, tty, keepalive, &tx);
     });
-    Ok(http::respond(
-        StatusCode::OK,
-        "application/connect+json",
-        http::streamed(rx),
-    ))
+    Ok(super::stream_response(rx))
 }
 
 async fn list(entry: &Arc<Entry>) -> Result<Response<Body>, RpcError> {
