@@ -342,6 +342,16 @@ pub struct ServeArgs {
     /// the clear unless a TLS proxy is in front).
     #[arg(long = "insecure-public")]
     pub insecure_public: bool,
+    /// Where E2B snapshots are kept, one 0700 store per API key. Default: `e2b/` in the
+    /// user's snapshot store (`strata snapshots`' directory).
+    #[arg(long = "snapshot-dir", value_name = "DIR")]
+    pub snapshot_dir: Option<PathBuf>,
+    /// The domain sandboxes report: the SDK's `get_host(port)` is `PORT-ID.DOMAIN`, and a
+    /// request to this server with that Host reaches the sandbox's port. Default:
+    /// `localhost:PORT` of ADDR (`*.localhost` is loopback to browsers, curl and
+    /// systemd-resolved).
+    #[arg(long, value_name = "DOMAIN")]
+    pub domain: Option<String>,
 }
 
 /// `strata audit ...`.

@@ -46,7 +46,9 @@ pub async fn serve_http1<S, B>(
         let stopped = stopped.clone();
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                // Upgrades (WebSocket) pass through `strata serve`'s port forwarding.
+                .with_upgrades();
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}

@@ -7,6 +7,7 @@ OTHER_KEY (another client, for isolation tests).
 
 import os
 import pathlib
+import shutil
 import subprocess
 import tempfile
 
@@ -28,9 +29,10 @@ def strata_bin() -> str:
 
 
 class Server:
-    def __init__(self, process: subprocess.Popen, url: str):
+    def __init__(self, process: subprocess.Popen, url: str, snapshots: pathlib.Path):
         self.process = process
         self.url = url
+        self.snapshots = snapshots
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +41,10 @@ def server():
     keys.write(f"{KEY}\n{OTHER_KEY}\n")
     keys.close()
     os.chmod(keys.name, 0o600)
+    snapshots = tempfile.mkdtemp(prefix="strata-e2b-snapshots-")
     process = subprocess.Popen(
         [strata_bin(), "serve", "--e2b", "127.0.0.1:0", "--api-key-file", keys.name,
-         "--max-sandboxes", "8"],
+         "--max-sandboxes", "8", "--snapshot-dir", snapshots],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -53,10 +56,11 @@ def server():
     os.environ["E2B_API_URL"] = url
     os.environ["E2B_SANDBOX_URL"] = url
     os.environ["E2B_API_KEY"] = KEY
-    yield Server(process, url)
+    yield Server(process, url, pathlib.Path(snapshots))
     process.terminate()
     assert process.wait(timeout=30) == 0
     os.unlink(keys.name)
+    shutil.rmtree(snapshots)
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 //! API key (`X-API-KEY`, or `Authorization: Bearer`), compared in constant time; a key sees
 //! only the sandboxes it made.
 //!
-//! Not served (answered 501 naming what is missing): template builds, volumes, snapshots,
-//! fork, logs, secrets, teams and admin calls.
+//! Snapshots and fork are in [`super::snapshots`]. Not served (answered 501 naming what is
+//! missing): template builds, volumes, logs, secrets, teams and admin calls.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -20,7 +20,7 @@ use strata::{Error, ErrorKind, Net, NetRule};
 
 use super::http::{self, Body};
 use super::registry::{self, Entry, DEFAULT_TIMEOUT_S, ENVD_VERSION, MAX_TIMEOUT_S};
-use super::{Server, MAX_BODY};
+use super::{snapshots, Server, MAX_BODY};
 
 /// The template every sandbox is made from (the host userland on the configured backend).
 pub const BASE_TEMPLATE: &str = "base";
@@ -96,7 +96,7 @@ pub async fn handle(server: Arc<Server>, request: Request<Incoming>) -> Response
         }
         (Method::GET, ["sandboxes"]) => Ok(list(&server, key, &query, false)),
         (Method::GET, ["v2", "sandboxes"]) => Ok(list(&server, key, &query, true)),
-        (Method::GET, ["sandboxes", id]) => found(&server, key, id).map(|e| detail(&e)),
+        (Method::GET, ["sandboxes", id]) => found(&server, key, id).map(|e| detail(&server, &e)),
         (Method::DELETE, ["sandboxes", id]) => kill(&server, key, id).await,
         (Method::POST, ["sandboxes", id, "timeout"]) => set_timeout(&server, key, id, &body),
         (Method::POST, ["sandboxes", id, "refreshes"]) => refresh(&server, key, id, &body),
@@ -107,14 +107,22 @@ pub async fn handle(server: Arc<Server>, request: Request<Incoming>) -> Response
             resume(&server, key, id, &body, true).await
         }
         (Method::GET, ["sandboxes", id, "metrics"]) => metrics(&server, key, id).await,
-        (_, ["sandboxes", _, "fork" | "snapshots" | "logs" | "network"])
+        (Method::POST, ["sandboxes", id, "snapshots"]) => {
+            snapshots::create(&server, key, id, &body).await
+        }
+        (Method::GET, ["snapshots"]) => snapshots::list(&server, key, &query).await,
+        (Method::DELETE, ["templates", template]) => {
+            snapshots::delete(&server, key, &http::decode(template)).await
+        }
+        (Method::POST, ["sandboxes", id, "fork"]) => snapshots::fork(&server, key, id, &body).await,
+        (_, ["sandboxes", _, "logs" | "network"])
         | (_, ["v2", "sandboxes", _, "logs"])
         | (_, ["snapshots" | "templates" | "volumes" | "secrets" | "teams" | "v2" | "v3", ..]) => {
             Err(Refusal::new(
                 StatusCode::NOT_IMPLEMENTED,
                 format!(
-                    "{method} {path}: not served by strata serve --e2b (templates, volumes, \
-                     snapshots, fork, logs, secrets and teams are E2B cloud features; see \
+                    "{method} {path}: not served by strata serve --e2b (template builds, \
+                     volumes, logs, secrets and teams are E2B cloud features; see \
                      docs/frameworks/e2b.md)"
                 ),
             ))
@@ -131,20 +139,20 @@ pub async fn handle(server: Arc<Server>, request: Request<Incoming>) -> Response
 }
 
 /// A refused control call: its status and a message naming the problem.
-struct Refusal {
-    status: StatusCode,
-    message: String,
+pub(super) struct Refusal {
+    pub status: StatusCode,
+    pub message: String,
 }
 
 impl Refusal {
-    fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
+    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
         Refusal {
             status,
             message: message.into(),
         }
     }
 
-    fn bad(message: impl Into<String>) -> Refusal {
+    pub(super) fn bad(message: impl Into<String>) -> Refusal {
         Refusal::new(StatusCode::BAD_REQUEST, message)
     }
 }
@@ -162,7 +170,7 @@ impl From<Error> for Refusal {
     }
 }
 
-type Answer = Result<Response<Body>, Refusal>;
+pub(super) type Answer = Result<Response<Body>, Refusal>;
 
 fn api_key(headers: &hyper::HeaderMap) -> Option<&str> {
     http::header(headers, "x-api-key").or_else(|| {
@@ -170,7 +178,7 @@ fn api_key(headers: &hyper::HeaderMap) -> Option<&str> {
     })
 }
 
-fn found(server: &Server, key: usize, id: &str) -> Result<Arc<Entry>, Refusal> {
+pub(super) fn found(server: &Server, key: usize, id: &str) -> Result<Arc<Entry>, Refusal> {
     server.registry.get(key, id).ok_or_else(|| {
         Refusal::new(
             StatusCode::NOT_FOUND,
@@ -179,7 +187,7 @@ fn found(server: &Server, key: usize, id: &str) -> Result<Arc<Entry>, Refusal> {
     })
 }
 
-fn parse<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, Refusal> {
+pub(super) fn parse<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, Refusal> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -187,7 +195,7 @@ fn parse<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, Refus
 }
 
 /// A timeout in seconds from a request: 0 to [`MAX_TIMEOUT_S`].
-fn seconds(field: &str, value: Option<i64>, default: u64) -> Result<Duration, Refusal> {
+pub(super) fn seconds(field: &str, value: Option<i64>, default: u64) -> Result<Duration, Refusal> {
     match value {
         None => Ok(Duration::from_secs(default)),
         Some(s) if (0..=MAX_TIMEOUT_S as i64).contains(&s) => {
@@ -209,10 +217,6 @@ fn network(profile: &Net, request: &NewSandbox) -> Result<Option<Net>, Refusal> 
             ("egressProxy", config.egress_proxy.is_some()),
             ("maskRequestHost", config.mask_request_host.is_some()),
             ("rules", config.rules.is_some()),
-            (
-                "allowPublicTraffic",
-                config.allow_public_traffic == Some(true),
-            ),
         ] {
             if set {
                 return Err(Refusal::bad(format!(
@@ -270,15 +274,6 @@ async fn create(
         .template_id
         .clone()
         .unwrap_or_else(|| BASE_TEMPLATE.into());
-    if template != BASE_TEMPLATE {
-        return Err(Refusal::new(
-            StatusCode::NOT_FOUND,
-            format!(
-                "template {template:?} not found: this server has the template {BASE_TEMPLATE:?} \
-                 (the host userland: bash, coreutils, python3; template builds are not served)"
-            ),
-        ));
-    }
     for (name, set) in [
         ("mcp", request.mcp.as_ref().is_some_and(|v| !v.is_null())),
         ("iam", request.iam.as_ref().is_some_and(|v| !v.is_null())),
@@ -314,8 +309,21 @@ async fn create(
             "metadata: at most 64 entries, keys of at most 256 and values of 4096 bytes",
         ));
     }
-    let caps = server.registry.base_caps(&env, net)?;
-    let internet = caps.net.clone();
+    let origin = if template == BASE_TEMPLATE {
+        Origin::Base(Box::new(server.registry.base_caps(&env, net)?))
+    } else {
+        if !env.is_empty() || net.is_some() {
+            return Err(Refusal::bad(format!(
+                "template {template:?} is a snapshot: a sandbox started from it has the \
+                 snapshot's caps (its environment and network); drop envVars and network"
+            )));
+        }
+        Origin::Snapshot(snapshots::find(server, key, &template).await?)
+    };
+    let internet = match &origin {
+        Origin::Base(caps) => !matches!(caps.net, Net::None),
+        Origin::Snapshot(found) => found.internet,
+    };
     let idempotency = http::header(headers, "idempotency-key").map(String::from);
     if let Some(token) = &idempotency {
         if let Some(existing) = server
@@ -324,65 +332,138 @@ async fn create(
             .into_iter()
             .find(|e| e.idempotency.as_deref() == Some(token.as_str()))
         {
-            return Ok(http::json(StatusCode::CREATED, &created(&existing)));
+            return Ok(http::json(StatusCode::CREATED, &created(server, &existing)));
         }
     }
     let reservation = server
         .registry
         .reserve(key)
         .map_err(|message| Refusal::new(StatusCode::TOO_MANY_REQUESTS, message))?;
-    let id = format!("i{}", registry::random_hex(10)?);
+    let id = new_id()?;
     server.audit(
         "e2b.create",
         "granted",
         format!(
-            "sandbox {id} key {key} template {template} net {}",
-            caps.net
+            "sandbox {id} key {key} template {template} {}",
+            origin.describe()
         ),
     )?;
-    let access_token = registry::random_hex(24)?;
     let starting = server.clone();
     let live = tokio::task::spawn_blocking(move || {
         let registry = &starting.registry;
-        registry
-            .settings
-            .sandbox
-            .start(&caps, registry.start_options())
+        let sandbox = &registry.settings.sandbox;
+        match origin {
+            Origin::Base(caps) => sandbox.start(&caps, registry.start_options()),
+            Origin::Snapshot(found) => {
+                sandbox.start_from(&found.store, &found.name, registry.start_options())
+            }
+        }
     })
     .await
     .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, format!("start: {e}")))??;
-    let now = SystemTime::now();
-    let entry = server.registry.insert(Entry {
+    let entry = server.registry.insert(new_entry(NewEntry {
         id,
         key,
         template,
         metadata,
-        access_token,
         idempotency,
-        internet: !matches!(internet, Net::None),
+        internet,
         auto_pause: request.auto_pause.unwrap_or(false),
-        started_at: now,
-        end_at: std::sync::Mutex::new(now + timeout),
-        paused: std::sync::atomic::AtomicBool::new(false),
+        public: public_traffic(&request),
+        timeout,
         live,
+    })?);
+    drop(reservation);
+    Ok(http::json(StatusCode::CREATED, &created(server, &entry)))
+}
+
+/// What a new sandbox starts from.
+enum Origin {
+    /// The base template, with these caps.
+    Base(Box<strata::Caps>),
+    /// A snapshot of this key.
+    Snapshot(snapshots::Found),
+}
+
+impl Origin {
+    fn describe(&self) -> String {
+        match self {
+            Origin::Base(caps) => format!("net {}", caps.net),
+            Origin::Snapshot(found) => format!("from snapshot {}", found.name),
+        }
+    }
+}
+
+/// A new sandbox id: `i` and 20 hex digits (a DNS label, as `get_host` needs).
+pub(super) fn new_id() -> Result<String, Error> {
+    Ok(format!("i{}", registry::random_hex(10)?))
+}
+
+/// What [`new_entry`] needs besides the fresh tokens.
+pub(super) struct NewEntry {
+    pub id: String,
+    pub key: usize,
+    pub template: String,
+    pub metadata: BTreeMap<String, String>,
+    pub idempotency: Option<String>,
+    pub internet: bool,
+    pub auto_pause: bool,
+    /// Its ports answer without a traffic token (`allowPublicTraffic`, default true).
+    pub public: bool,
+    pub timeout: Duration,
+    pub live: strata::live::LiveSandbox,
+}
+
+/// The registry entry of a started sandbox, with its access token (and traffic token when
+/// its ports are not public) made now.
+pub(super) fn new_entry(new: NewEntry) -> Result<Entry, Error> {
+    let now = SystemTime::now();
+    Ok(Entry {
+        id: new.id,
+        key: new.key,
+        template: new.template,
+        metadata: new.metadata,
+        access_token: registry::random_hex(24)?,
+        idempotency: new.idempotency,
+        internet: new.internet,
+        auto_pause: new.auto_pause,
+        started_at: now,
+        end_at: std::sync::Mutex::new(now + new.timeout),
+        paused: std::sync::atomic::AtomicBool::new(false),
+        live: new.live,
         processes: Default::default(),
         watchers: Default::default(),
         streams: Arc::new(tokio::sync::Semaphore::new(registry::MAX_STREAMS)),
-    });
-    drop(reservation);
-    Ok(http::json(StatusCode::CREATED, &created(&entry)))
+        ports: Default::default(),
+        traffic_token: if new.public {
+            None
+        } else {
+            Some(registry::random_hex(24)?)
+        },
+    })
+}
+
+/// `network.allowPublicTraffic` (default true, as E2B's): whether the sandbox's ports
+/// answer whoever reaches this server, or only requests with its traffic access token.
+fn public_traffic(request: &NewSandbox) -> bool {
+    request
+        .network
+        .as_ref()
+        .and_then(|n| n.allow_public_traffic)
+        .unwrap_or(true)
 }
 
 /// The spec's `Sandbox`: what a create, resume or connect answers.
-fn created(entry: &Entry) -> Value {
+pub(super) fn created(server: &Server, entry: &Entry) -> Value {
+    let domain = &server.domain;
     json!({
         "templateID": entry.template,
         "sandboxID": entry.id,
         "clientID": "strata",
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": entry.access_token,
-        "trafficAccessToken": null,
-        "domain": null,
+        "trafficAccessToken": entry.traffic_token,
+        "domain": domain,
         "alias": entry.template,
     })
 }
@@ -413,11 +494,11 @@ fn listed(entry: &Entry) -> Value {
     })
 }
 
-fn detail(entry: &Entry) -> Response<Body> {
+fn detail(server: &Server, entry: &Entry) -> Response<Body> {
     let mut value = listed(entry);
     if let Value::Object(map) = &mut value {
         map.insert("envdAccessToken".into(), json!(entry.access_token));
-        map.insert("domain".into(), Value::Null);
+        map.insert("domain".into(), json!(server.domain));
         map.insert("allowInternetAccess".into(), json!(entry.internet));
         map.insert(
             "lifecycle".into(),
@@ -563,7 +644,7 @@ async fn resume(server: &Arc<Server>, key: usize, id: &str, body: &[u8], connect
     } else {
         StatusCode::OK
     };
-    Ok(http::json(status, &created(&entry)))
+    Ok(http::json(status, &created(server, &entry)))
 }
 
 /// `GET /sandboxes/{id}/metrics`: one sample now. CPU use is the sandbox's average since

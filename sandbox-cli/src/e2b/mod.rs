@@ -22,8 +22,10 @@ mod control;
 mod files;
 mod filesystem;
 mod http;
+mod ports;
 mod process;
 mod registry;
+mod snapshots;
 
 use std::convert::Infallible;
 use std::process::ExitCode;
@@ -50,6 +52,8 @@ const REAP_EVERY: Duration = Duration::from_millis(500);
 /// The server: its sandboxes.
 pub struct Server {
     pub registry: Registry,
+    /// The domain sandboxes report (`get_host(port)` is `PORT-ID.DOMAIN`).
+    pub domain: String,
 }
 
 impl Server {
@@ -95,12 +99,6 @@ fn settings(args: &ServeArgs) -> Result<Settings, Error> {
         None => Profile::default(),
     };
     profile.caps.validate()?;
-    if profile.caps.container.is_some() {
-        return Err(Error::invalid(
-            "the profile names an image: the E2B server's base template is the host userland \
-             on the process backend (--backend container runs it in a container)",
-        ));
-    }
     let backend = match args.backend.as_str() {
         "process" => BackendKind::Process,
         "container" => BackendKind::Container,
@@ -112,11 +110,23 @@ fn settings(args: &ServeArgs) -> Result<Settings, Error> {
             )))
         }
     };
+    if profile.caps.container.is_some() && backend != BackendKind::Container {
+        return Err(Error::invalid(format!(
+            "the profile names an image, which only the container backend runs: pass \
+             --backend container (the {backend} backend's base template is the host userland)"
+        )));
+    }
     let sandbox = profile
         .apply(Sandbox::builder())
         .backend(BackendChoice::Only(backend))
         .build()?;
     let keys = api_keys(args)?;
+    let snapshot_dir = match &args.snapshot_dir {
+        Some(dir) => dir.clone(),
+        None => strata::live::SnapshotStore::open_default()?
+            .dir()
+            .join("e2b"),
+    };
     Ok(Settings {
         sandbox,
         caps: profile.caps.clone(),
@@ -124,6 +134,7 @@ fn settings(args: &ServeArgs) -> Result<Settings, Error> {
         strictness: profile.strictness,
         keys,
         max_per_key: args.max_sandboxes as usize,
+        snapshot_dir,
     })
 }
 
@@ -181,8 +192,13 @@ async fn serve(args: ServeArgs) -> Result<(), Error> {
             local.ip()
         )));
     }
+    let domain = args
+        .domain
+        .clone()
+        .unwrap_or_else(|| format!("localhost:{}", local.port()));
     let server = Arc::new(Server {
         registry: Registry::new(settings),
+        domain,
     });
     // The address on stdout (a test or a supervisor reads it, e.g. after port 0).
     println!("http://{local}");
@@ -273,6 +289,14 @@ fn is_envd(request: &Request<Incoming>) -> bool {
 }
 
 async fn handle(server: Arc<Server>, request: Request<Incoming>) -> Response<Body> {
+    let host = request
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .map(String::from);
+    if let Some((port, id)) = host.as_deref().and_then(ports::target) {
+        return ports::forward(server, request, port, id).await;
+    }
     if is_envd(&request) {
         envd(server, request).await
     } else {

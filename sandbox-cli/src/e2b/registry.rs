@@ -10,7 +10,9 @@ use std::time::{Duration, SystemTime};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use strata::live::{LiveSandbox, StartOptions};
+use std::path::PathBuf;
+
+use strata::live::{LiveSandbox, SnapshotStore, StartOptions};
 use strata::{BackendKind, Caps, Error, Net, Sandbox, Strictness};
 
 /// The home and working directory of the base template's user, as in E2B's templates.
@@ -59,6 +61,12 @@ pub struct Entry {
     pub watchers: Mutex<HashMap<String, Arc<crate::e2b::filesystem::Watcher>>>,
     /// Streams open now (exec output, watches), bounded by [`MAX_STREAMS`].
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// Ports reached through `get_host(port)`: the port inside to the host loopback port
+    /// its live sandbox publishes it on (published on first use).
+    pub ports: Mutex<HashMap<u16, u16>>,
+    /// Required (`e2b-traffic-access-token`) on connections to its ports when it was made
+    /// with `network.allowPublicTraffic: false`; `None`: whoever reaches the server may.
+    pub traffic_token: Option<String>,
 }
 
 /// The most streams (process output, directory watches) one sandbox has open at once.
@@ -117,6 +125,9 @@ pub struct Settings {
     pub keys: Vec<[u8; 32]>,
     /// The most sandboxes one key has at once.
     pub max_per_key: usize,
+    /// Where snapshots are kept: one store per API key under it, and `forks/` for the
+    /// snapshot a fork starts its children from (removed once they started).
+    pub snapshot_dir: PathBuf,
 }
 
 /// The server's sandboxes.
@@ -126,6 +137,9 @@ pub struct Registry {
     /// Held while a sandbox is being made, per key: the count check and the insert are one
     /// step even though starting takes a while.
     starting: Mutex<HashMap<usize, usize>>,
+    /// The E2B id of every live sandbox this server made (a snapshot names its source by
+    /// the live sandbox's id), kept after the sandbox ends.
+    sources: Mutex<HashMap<String, String>>,
 }
 
 impl Registry {
@@ -134,7 +148,42 @@ impl Registry {
             settings,
             entries: Mutex::new(HashMap::new()),
             starting: Mutex::new(HashMap::new()),
+            sources: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The snapshot store of API key `key`: `<snapshot dir>/<a hash of the key>`, 0700.
+    /// Another key's snapshots are not in it.
+    ///
+    /// # Errors
+    /// As [`SnapshotStore::open`].
+    pub fn snapshots(&self, key: usize) -> Result<SnapshotStore, Error> {
+        let digest = self
+            .settings
+            .keys
+            .get(key)
+            .ok_or_else(|| Error::invalid("an API key this server does not have"))?;
+        let namespace: [u8; 32] = Sha256::digest(digest).into();
+        let hex: String = namespace[..8].iter().map(|b| format!("{b:02x}")).collect();
+        self.open_store(&format!("key-{hex}"))
+    }
+
+    /// The store of the snapshots forks start from (each removed once its children did).
+    ///
+    /// # Errors
+    /// As [`SnapshotStore::open`].
+    pub fn fork_store(&self) -> Result<SnapshotStore, Error> {
+        self.open_store("forks")
+    }
+
+    fn open_store(&self, name: &str) -> Result<SnapshotStore, Error> {
+        // Made 0700, with its parents, when missing.
+        SnapshotStore::open(&self.settings.snapshot_dir.join(name))
+    }
+
+    /// The E2B id of the live sandbox `live_id`, if this server made it.
+    pub fn e2b_id_of(&self, live_id: &str) -> Option<String> {
+        lock(&self.sources).get(live_id).cloned()
     }
 
     /// The index of the API key `key`, if it is one of the server's (constant time per key).
@@ -200,6 +249,7 @@ impl Registry {
     /// Adds a started sandbox.
     pub fn insert(&self, entry: Entry) -> Arc<Entry> {
         let entry = Arc::new(entry);
+        lock(&self.sources).insert(entry.live.id().to_string(), entry.id.clone());
         lock(&self.entries).insert(entry.id.clone(), entry.clone());
         entry
     }
