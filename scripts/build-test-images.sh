@@ -5,7 +5,7 @@
 #   busybox-rootfs/        root file system directory: busybox-static, /etc/passwd
 #   busybox-oci/           the same as a one-layer OCI image layout
 #   busybox.docker.tar     the same in `docker save` format        (strata-test/busybox:1)
-#   python-rootfs/         Debian bookworm's python3.11-minimal (+ busybox for /bin/sh)
+#   python-rootfs/         Debian bookworm's python3.11-minimal and bash (+ busybox for /bin/sh)
 #   python-oci/            the same as a three-layer OCI layout: base, python, and a layer
 #                          whose whiteout deletes /usr/share/doc
 #   python.docker.tar      the same in `docker save` format        (strata-test/python:1)
@@ -25,9 +25,9 @@ flock 9
 load_docker=false
 [ "${1:-}" = "--docker" ] && load_docker=true
 
-version=3 # bump when the recipe changes
+version=4 # bump when the recipe changes
 base_pkgs=(libc6 libgcc-s1 busybox-static)
-py_pkgs=(libssl3 zlib1g libexpat1 libpython3.11-minimal python3.11-minimal python3-minimal)
+py_pkgs=(libssl3 zlib1g libexpat1 libpython3.11-minimal python3.11-minimal python3-minimal libtinfo6 bash)
 stamp="$out/stamp"
 want="v$version ${base_pkgs[*]} ${py_pkgs[*]}"
 

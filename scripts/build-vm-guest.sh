@@ -8,7 +8,7 @@
 #                     /init, which mounts proc/sys/devtmpfs, loads the modules in dependency
 #                     order, mounts the root disk and switches to it with the guest agent
 #   kernel-version    the kernel release (goes into receipts)
-#   rootfs.ext4       the guest's read-only root file system: Debian's python3 (and the
+#   rootfs.ext4       the guest's read-only root file system: Debian's python3 and bash (and the
 #                     libraries it needs) and busybox-static, extracted from their packages
 #                     with dpkg-deb (no maintainer scripts run), as an ext4 image without a
 #                     journal. /init mounts it read-only (QEMU opens it readonly=on) under an
@@ -29,7 +29,7 @@ mkdir -p "$out"
 exec 9>"$out/.lock"
 flock 9
 
-version=6 # bump when the recipe changes
+version=7 # bump when the recipe changes
 meta=linux-image-cloud-amd64
 modules=(virtio_mmio virtio_console virtio_blk overlay virtio_net)
 
@@ -65,7 +65,7 @@ kver_pkg="$(apt-cache policy "$kpkg" | awk '/Candidate:/ {print $2}')"
 
 # The root file system: python3 and everything it depends on, minus what only package
 # management or perl needs (mime-support pulls perl in; nothing in the guest runs dpkg).
-root_pkgs=(python3 busybox-static)
+root_pkgs=(python3 busybox-static bash)
 root_skip='^(perl|perl-base|perl-modules-.*|libperl.*|dpkg|install-info|mailcap|mime-support|tar|libgdbm-compat4|debconf|debianutils)$'
 resolve_root_pkgs() {
   apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \

@@ -16,7 +16,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use strata::{Error, ErrorKind, Net, NetRule};
+use strata::{BackendKind, Error, ErrorKind, Net, NetRule};
 
 use super::http::{self, Body};
 use super::registry::{self, Entry, DEFAULT_TIMEOUT_S, ENVD_VERSION, MAX_TIMEOUT_S};
@@ -352,12 +352,21 @@ async fn create(
     let live = tokio::task::spawn_blocking(move || {
         let registry = &starting.registry;
         let sandbox = &registry.settings.sandbox;
-        match origin {
-            Origin::Base(caps) => sandbox.start(&caps, registry.start_options()),
+        let live = match origin {
+            Origin::Base(caps) => sandbox.start(&caps, registry.start_options())?,
             Origin::Snapshot(found) => {
-                sandbox.start_from(&found.store, &found.name, registry.start_options())
+                sandbox.start_from(&found.store, &found.name, registry.start_options())?
+            }
+        };
+        if registry.settings.backend == BackendKind::Microvm {
+            // The guest's root is its image: the base template's home is made in it (the
+            // process and container backends make the working directory themselves).
+            if let Err(error) = live.mkdir(registry::HOME, true) {
+                let _ = live.stop_shared();
+                return Err(error);
             }
         }
+        Ok(live)
     })
     .await
     .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, format!("start: {e}")))??;

@@ -6,20 +6,25 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import path from 'node:path'
+import fs from 'node:fs'
+import os from 'node:os'
 
 const key = 'strata-e2b-node-test-key-01'
 let server
 let Sandbox, CommandExitError
+let serverUrl
+const snapshots = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-e2b-node-'))
 
 before(async () => {
   const target = process.env.CARGO_TARGET_DIR ?? path.resolve(import.meta.dirname, '../../../target')
   const bin = process.env.STRATA_BIN ?? path.join(target, 'release', 'strata')
-  server = spawn(bin, ['serve', '--e2b', '127.0.0.1:0', '--api-key', key], { stdio: ['ignore', 'pipe', 'inherit'] })
+  server = spawn(bin, ['serve', '--e2b', '127.0.0.1:0', '--api-key', key, '--snapshot-dir', snapshots], { stdio: ['ignore', 'pipe', 'inherit'] })
   const line = await new Promise((resolve, reject) => {
     server.once('error', reject)
     createInterface({ input: server.stdout }).once('line', resolve)
   })
   assert.match(line, /^http:\/\//)
+  serverUrl = line
   process.env.E2B_API_URL = line
   process.env.E2B_SANDBOX_URL = line
   process.env.E2B_API_KEY = key
@@ -30,6 +35,7 @@ after(async () => {
   server.kill('SIGTERM')
   const code = await new Promise((resolve) => server.once('exit', resolve))
   assert.equal(code, 0)
+  fs.rmSync(snapshots, { recursive: true, force: true })
 })
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -114,4 +120,58 @@ test('pty input and resize', async () => {
 
 test('a wrong API key is refused', async () => {
   await assert.rejects(Sandbox.create({ apiKey: 'not-a-key-of-this-server' }), /key/i)
+})
+
+test('snapshot, fork and getHost', async () => {
+  const sb = await Sandbox.create({ timeoutMs: 120_000 })
+  const made = []
+  try {
+    await sb.files.write('/home/user/kept.txt', 'from the parent')
+    const snapshot = await sb.createSnapshot({ name: 'node-snap' })
+    assert.equal(snapshot.snapshotId, 'node-snap:default')
+    const child = await Sandbox.create(snapshot.snapshotId)
+    made.push(child)
+    assert.equal(await child.files.read('/home/user/kept.txt'), 'from the parent')
+    assert.equal(await Sandbox.deleteSnapshot(snapshot.snapshotId), true)
+
+    const forks = await sb.fork({ count: 2, timeoutMs: 60_000 })
+    assert.equal(forks.length, 2)
+    for (const fork of forks) {
+      assert.ok(!(fork instanceof Error), String(fork))
+      made.push(fork)
+      assert.equal(await fork.files.read('/home/user/kept.txt'), 'from the parent')
+    }
+
+    await sb.files.write('/tmp/srv.py', [
+      'import http.server',
+      'class H(http.server.BaseHTTPRequestHandler):',
+      '    def do_GET(self):',
+      '        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")',
+      'http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()',
+    ].join('\n'))
+    await sb.commands.run('python3 /tmp/srv.py', { background: true })
+    const host = sb.getHost(8080)
+    assert.ok(host.startsWith(`8080-${sb.sandboxId}.`), host)
+    // No wildcard DNS here: send the request to the server with the Host getHost names.
+    const { request } = await import('node:http')
+    const get = () => new Promise((resolve, reject) => {
+      const req = request(serverUrl, { headers: { host } }, (res) => {
+        let body = ''
+        res.on('data', (chunk) => { body += chunk })
+        res.on('end', () => resolve([res.statusCode, body]))
+      })
+      req.on('error', reject)
+      req.end()
+    })
+    let answer
+    for (let i = 0; i < 50; i++) {
+      answer = await get()
+      if (answer[0] === 200) break
+      await sleep(200)
+    }
+    assert.deepEqual(answer, [200, 'ok'])
+  } finally {
+    for (const other of made) await other.kill()
+    await sb.kill()
+  }
 })
