@@ -8,6 +8,9 @@
 #                                                 --version` vs /bin/true, binary size
 #   Python  bindings/python/bench/overhead.py     default Sandbox().run vs subprocess.run
 #   Node    bindings/node/bench/overhead.mjs      default sandbox.run vs child_process.spawn
+#   E2B     benches/e2b_tti.sh                    the official E2B SDK via `strata serve
+#                                                 --e2b` vs Strata's Python API: create to
+#                                                 first result, a command's round trip
 #
 # Needs the release build, the Python venv (bindings/python/test.sh makes it) and the Node
 # addon (bindings/node/test.sh builds it). Env: RUNS (default 300 per series).
@@ -42,12 +45,17 @@ if [ -d bindings/node/node_modules ]; then
 else
   echo "node: addon not built (run bindings/node/test.sh first)" | tee "$out/node.txt"
 fi
+if [ -x tests/e2b/.venv/bin/python ] && [ -x "$py" ]; then
+  benches/e2b_tti.sh | tee "$out/e2b.txt"
+else
+  echo "e2b: no SDK venv (run tests/e2b/test.sh and bindings/python/test.sh first)" | tee "$out/e2b.txt"
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$out" <<'PY'
 import re, sys, pathlib
 out = pathlib.Path(sys.argv[1])
-text = {n: (out / f"{n}.txt").read_text() for n in ("rust", "cli", "python", "node")}
+text = {n: (out / f"{n}.txt").read_text() for n in ("rust", "cli", "python", "node", "e2b")}
 def grab(name, pattern, group=1):
     m = re.search(pattern, text[name], re.M)
     return m.group(group) if m else "n/a"
@@ -70,6 +78,10 @@ rows = [
      grab("node", r"ratio sandbox/spawn p50\s+([\d.]+)x") + "x", "-"),
     ("Node, per-call overhead beyond the run (p50)",
      grab("node", r"binding overhead/call\s+p50 ([\d.]+) us") + " us", "<= 30 us"),
+    ("E2B SDK via strata serve vs Strata Python, create to first result",
+     grab("e2b", r"create_to_first_result .* ratio\s+([\d.]+)x") + "x", "-"),
+    ("E2B SDK via strata serve vs Strata Python, command round trip",
+     grab("e2b", r"command_round_trip .* ratio\s+([\d.]+)x") + "x", "-"),
 ]
 print("\n| comparison (same run) | result | target |")
 print("|---|---|---|")
