@@ -335,6 +335,11 @@ pub struct ServeArgs {
     #[arg(long = "max-sandboxes", value_name = "N", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_sandboxes: u32,
+    /// Another template: sandboxes created with template NAME get PROFILE's caps,
+    /// strictness and tier, on the container backend when it names an image (`[caps.container]
+    /// image = ...`), else on --backend. Repeatable. `base` is --profile's.
+    #[arg(long = "template", value_name = "NAME=PROFILE")]
+    pub templates: Vec<String>,
     /// The live backend of every sandbox: process, container or microvm.
     #[arg(long, value_name = "BACKEND", default_value = "process")]
     pub backend: String,

@@ -100,3 +100,46 @@ def test_the_sdk_drives_the_microvm_backend():
         smoke(url, "/run/strata/tools")
     finally:
         stop(process)
+
+
+def test_a_template_names_a_profile_and_its_image():
+    built("build-test-images.sh")
+    images = pathlib.Path(os.environ.get("STRATA_TEST_IMAGES", ROOT / ".ci/cache/images"))
+    profile = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+    profile.write(
+        f'[caps.container]\nimage = "{images / "python-oci"}"\n[caps.env]\nFROM_TEMPLATE = "py"\n'
+    )
+    profile.close()
+    process, url = serve("--template", f"py={profile.name}")
+    config = {"api_key": KEY, "api_url": url, "sandbox_url": url}
+    try:
+        in_image = Sandbox.create("py", timeout=60, **config)
+        on_host = Sandbox.create(timeout=60, **config)
+        try:
+            assert in_image.get_info().template_id == "py"
+            hostname = "cat /etc/hostname; echo $FROM_TEMPLATE; pwd"
+            assert in_image.commands.run(hostname).stdout == "strata-test\npy\n/home/user\n"
+            assert on_host.commands.run("echo $FROM_TEMPLATE").stdout == "\n"
+        finally:
+            in_image.kill()
+            on_host.kill()
+        from e2b.exceptions import SandboxException
+        import pytest
+
+        with pytest.raises(SandboxException, match="not found"):
+            Sandbox.create("no-such-template", **config)
+    finally:
+        stop(process)
+        os.unlink(profile.name)
+
+
+def test_a_bad_template_flag_is_refused_before_serving():
+    for flag, needle in [("noequals", "NAME=PROFILE"), ("Bad=x.toml", "a name of"),
+                         ("base=x.toml", "given twice")]:
+        done = subprocess.run(
+            [strata_bin(), "serve", "--e2b", "127.0.0.1:0", "--api-key", KEY,
+             "--template", flag],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert done.returncode == 2, (flag, done.stderr)
+        assert needle in done.stderr, (flag, done.stderr)

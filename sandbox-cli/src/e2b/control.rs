@@ -297,7 +297,11 @@ async fn create(
         }
     }
     let timeout = seconds("timeout", request.timeout, DEFAULT_TIMEOUT_S)?;
-    let net = network(&server.registry.settings.caps.net, &request)?;
+    let settings = &server.registry.settings;
+    let profile_net = settings
+        .template(&template)
+        .map_or(&settings.base().caps.net, |t| &t.caps.net);
+    let net = network(profile_net, &request)?;
     let env = request.env_vars.clone().unwrap_or_default();
     let metadata = request.metadata.clone().unwrap_or_default();
     if metadata.len() > 64
@@ -309,8 +313,8 @@ async fn create(
             "metadata: at most 64 entries, keys of at most 256 and values of 4096 bytes",
         ));
     }
-    let origin = if template == BASE_TEMPLATE {
-        Origin::Base(Box::new(server.registry.base_caps(&env, net)?))
+    let origin = if let Some(chosen) = settings.template(&template) {
+        Origin::Base(Box::new(server.registry.template_caps(chosen, &env, net)?))
     } else {
         if !env.is_empty() || net.is_some() {
             return Err(Refusal::bad(format!(
@@ -349,16 +353,24 @@ async fn create(
         ),
     )?;
     let starting = server.clone();
+    let template_name = template.clone();
     let live = tokio::task::spawn_blocking(move || {
         let registry = &starting.registry;
-        let sandbox = &registry.settings.sandbox;
+        // A snapshot is admitted under the base template's tier, on its own backend.
+        let chosen = registry
+            .settings
+            .template(&template_name)
+            .unwrap_or_else(|| registry.settings.base());
+        let options = registry.start_options(chosen);
         let live = match origin {
-            Origin::Base(caps) => sandbox.start(&caps, registry.start_options())?,
+            Origin::Base(caps) => chosen.sandbox.start(&caps, options)?,
             Origin::Snapshot(found) => {
-                sandbox.start_from(&found.store, &found.name, registry.start_options())?
+                chosen
+                    .sandbox
+                    .start_from(&found.store, &found.name, options)?
             }
         };
-        if registry.settings.backend == BackendKind::Microvm {
+        if live.info().backend == BackendKind::Microvm {
             // The guest's root is its image: the base template's home is made in it (the
             // process and container backends make the working directory themselves).
             if let Err(error) = live.mkdir(registry::HOME, true) {
@@ -670,7 +682,11 @@ async fn metrics(server: &Arc<Server>, key: usize, id: &str) -> Answer {
         .duration_since(entry.started_at)
         .map_or(1, |d| d.as_micros().max(1)) as f64;
     let cpu_pct = info.cpu_us.map_or(0.0, |us| us as f64 / alive_us * 100.0);
-    let caps = &server.registry.settings.caps;
+    let settings = &server.registry.settings;
+    let caps = &settings
+        .template(&entry.template)
+        .unwrap_or_else(|| settings.base())
+        .caps;
     let sample = json!({
         "timestamp": registry::rfc3339(now),
         "timestampUnix": registry::unix_seconds(now),

@@ -41,7 +41,7 @@ use strata::{BackendChoice, BackendKind, Error, Profile, Sandbox};
 use crate::args::ServeArgs;
 use connect::{Code, RpcError};
 use http::Body;
-use registry::{Entry, Registry, Settings};
+use registry::{Entry, Registry, Settings, Template};
 
 /// The largest request body of a control or RPC call.
 pub const MAX_BODY: usize = 4 << 20;
@@ -60,11 +60,15 @@ impl Server {
     /// Records `decision` about `subject` (`e2b.create`, `e2b.process.start`, ...) in the
     /// profile's audit log, before the call takes effect.
     pub fn audit(&self, subject: &str, decision: &str, detail: String) -> Result<(), Error> {
-        self.registry.settings.sandbox.audit(AuditEvent::Policy {
-            subject: subject.into(),
-            decision: decision.into(),
-            detail,
-        })
+        self.registry
+            .settings
+            .base()
+            .sandbox
+            .audit(AuditEvent::Policy {
+                subject: subject.into(),
+                decision: decision.into(),
+                detail,
+            })
     }
 }
 
@@ -94,11 +98,6 @@ pub fn main(args: ServeArgs) -> ExitCode {
 }
 
 fn settings(args: &ServeArgs) -> Result<Settings, Error> {
-    let profile = match &args.profile {
-        Some(path) => Profile::load(path)?,
-        None => Profile::default(),
-    };
-    profile.caps.validate()?;
     let backend = match args.backend.as_str() {
         "process" => BackendKind::Process,
         "container" => BackendKind::Container,
@@ -110,16 +109,31 @@ fn settings(args: &ServeArgs) -> Result<Settings, Error> {
             )))
         }
     };
-    if profile.caps.container.is_some() && backend != BackendKind::Container {
-        return Err(Error::invalid(format!(
-            "the profile names an image, which only the container backend runs: pass \
-             --backend container (the {backend} backend's base template is the host userland)"
-        )));
+    let mut templates = std::collections::BTreeMap::new();
+    let base = match &args.profile {
+        Some(path) => Profile::load(path)?,
+        None => Profile::default(),
+    };
+    let base = template(control::BASE_TEMPLATE, &base, backend, false)?;
+    for spec in &args.templates {
+        let (name, path) = spec.split_once('=').ok_or_else(|| {
+            Error::invalid(format!(
+                "--template {spec:?}: NAME=PROFILE (e.g. py=py.toml)"
+            ))
+        })?;
+        if !valid_template_name(name) {
+            return Err(Error::invalid(format!(
+                "--template {name:?}: a name of 1-64 of a-z 0-9 - _ (not starting with -)"
+            )));
+        }
+        if name == control::BASE_TEMPLATE || templates.contains_key(name) {
+            return Err(Error::invalid(format!(
+                "--template {name:?}: given twice (\"base\" is --profile's)"
+            )));
+        }
+        let profile = Profile::load(std::path::Path::new(path))?;
+        templates.insert(name.to_string(), template(name, &profile, backend, true)?);
     }
-    let sandbox = profile
-        .apply(Sandbox::builder())
-        .backend(BackendChoice::Only(backend))
-        .build()?;
     let keys = api_keys(args)?;
     let snapshot_dir = match &args.snapshot_dir {
         Some(dir) => dir.clone(),
@@ -128,13 +142,60 @@ fn settings(args: &ServeArgs) -> Result<Settings, Error> {
             .join("e2b"),
     };
     Ok(Settings {
+        base,
+        templates,
+        keys,
+        max_per_key: args.max_sandboxes as usize,
+        snapshot_dir,
+    })
+}
+
+/// Whether `name` can be a template's name (as E2B's aliases: lowercase, digits, - and _).
+fn valid_template_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// The template `name` of `profile`: on the container backend when the profile names an
+/// image and `image_picks_backend` (a `--template`), else on `backend`.
+fn template(
+    name: &str,
+    profile: &Profile,
+    backend: BackendKind,
+    image_picks_backend: bool,
+) -> Result<Template, Error> {
+    profile.caps.validate()?;
+    let backend = if profile.caps.container.is_some() && image_picks_backend {
+        BackendKind::Container
+    } else {
+        backend
+    };
+    if profile.caps.container.is_some() && backend != BackendKind::Container {
+        return Err(Error::invalid(format!(
+            "template {name:?}: the profile names an image, which only the container backend \
+             runs: pass --backend container (the {backend} backend's base template is the host \
+             userland)"
+        )));
+    }
+    if profile.caps.container.is_none() && backend == BackendKind::Container {
+        return Err(Error::invalid(format!(
+            "template {name:?}: --backend container needs an image: name one in the profile \
+             ([caps.container] image = \"...\")"
+        )));
+    }
+    let sandbox = profile
+        .apply(Sandbox::builder())
+        .backend(BackendChoice::Only(backend))
+        .build()?;
+    Ok(Template {
         sandbox,
         caps: profile.caps.clone(),
         backend,
         strictness: profile.strictness,
-        keys,
-        max_per_key: args.max_sandboxes as usize,
-        snapshot_dir,
     })
 }
 

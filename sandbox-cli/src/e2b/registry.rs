@@ -111,9 +111,9 @@ pub fn digest(text: &str) -> [u8; 32] {
     Sha256::digest(text.as_bytes()).into()
 }
 
-/// How the server was configured.
-pub struct Settings {
-    /// The sandbox (profile: backend, strictness, tier, audit log) every sandbox starts on.
+/// A template: the profile a sandbox of that name starts with.
+pub struct Template {
+    /// The sandbox (profile: backend, strictness, tier, audit log) its sandboxes start on.
     pub sandbox: Sandbox,
     /// The profile's caps: every sandbox gets these (a client can only narrow the network).
     pub caps: Caps,
@@ -121,6 +121,15 @@ pub struct Settings {
     pub backend: BackendKind,
     /// The profile's strictness.
     pub strictness: Strictness,
+}
+
+/// How the server was configured.
+pub struct Settings {
+    /// The template `base` (`--profile`'s): its audit log records the server's calls, and
+    /// its tier admits sandboxes started from snapshots.
+    pub base: Template,
+    /// The other templates by name (each `--template NAME=PROFILE`).
+    pub templates: BTreeMap<String, Template>,
     /// The API keys (SHA-256 of each, compared in constant time).
     pub keys: Vec<[u8; 32]>,
     /// The most sandboxes one key has at once.
@@ -128,6 +137,22 @@ pub struct Settings {
     /// Where snapshots are kept: one store per API key under it, and `forks/` for the
     /// snapshot a fork starts its children from (removed once they started).
     pub snapshot_dir: PathBuf,
+}
+
+impl Settings {
+    /// The template `base`.
+    pub fn base(&self) -> &Template {
+        &self.base
+    }
+
+    /// The template `name`, if the server has one of that name.
+    pub fn template(&self, name: &str) -> Option<&Template> {
+        if name == crate::e2b::control::BASE_TEMPLATE {
+            Some(&self.base)
+        } else {
+            self.templates.get(name)
+        }
+    }
 }
 
 /// The server's sandboxes.
@@ -285,15 +310,16 @@ impl Registry {
             .collect()
     }
 
-    /// The caps of a new sandbox of the base template: the profile's, with the base
-    /// template's home as working directory and environment, `env` on top, and the
-    /// network narrowed to `net` when asked.
-    pub fn base_caps(
+    /// The caps of a new sandbox of `template`: its profile's, with E2B's home as working
+    /// directory and environment, `env` on top, and the network narrowed to `net` when
+    /// asked.
+    pub fn template_caps(
         &self,
+        template: &Template,
         env: &BTreeMap<String, String>,
         net: Option<Net>,
     ) -> Result<Caps, Error> {
-        let mut caps = self.settings.caps.clone();
+        let mut caps = template.caps.clone();
         caps.workdir = Some(HOME.into());
         for (key, value) in [
             ("HOME", HOME),
@@ -314,12 +340,12 @@ impl Registry {
         Ok(caps)
     }
 
-    /// Options of a new live sandbox: owned by this server (it ends with the server), on
-    /// the configured backend.
-    pub fn start_options(&self) -> StartOptions {
+    /// Options of a new live sandbox of `template`: owned by this server (it ends with the
+    /// server), on the template's backend.
+    pub fn start_options(&self, template: &Template) -> StartOptions {
         StartOptions {
-            backend: self.settings.backend,
-            strictness: self.settings.strictness,
+            backend: template.backend,
+            strictness: template.strictness,
             owned: true,
             ..StartOptions::default()
         }

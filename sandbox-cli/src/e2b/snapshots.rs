@@ -220,7 +220,7 @@ pub async fn fork(server: &Arc<Server>, key: usize, id: &str, body: &[u8]) -> An
     let granted = places.iter().filter(|place| place.is_ok()).count();
     let forking = server.clone();
     let source = parent.clone();
-    let mut started = blocking(move || Ok(start_children(&forking, &source.live, granted)?))
+    let mut started = blocking(move || Ok(start_children(&forking, &source, granted)?))
         .await?
         .into_iter();
     let mut results = Vec::with_capacity(count);
@@ -248,22 +248,26 @@ pub async fn fork(server: &Arc<Server>, key: usize, id: &str, body: &[u8]) -> An
 }
 
 /// Snapshots `parent` once into the fork store and starts `count` sandboxes from it under
-/// the server's sandbox (its tier admits the snapshot's caps again), then removes it.
+/// its template's sandbox (whose tier admits the snapshot's caps again), then removes it.
 fn start_children(
     server: &Server,
-    parent: &LiveSandbox,
+    parent: &Entry,
     count: usize,
 ) -> Result<Vec<Result<LiveSandbox, Error>>, Error> {
+    let settings = &server.registry.settings;
+    let template = settings
+        .template(&parent.template)
+        .unwrap_or_else(|| settings.base());
+    let parent = &parent.live;
     let store = server.registry.fork_store()?;
     let name = format!("fork-{}", registry::random_hex(8)?);
     parent.snapshot(&store, Some(&name))?;
     let registry = &server.registry;
     let children = (0..count)
         .map(|_| {
-            registry
-                .settings
+            template
                 .sandbox
-                .start_from(&store, &name, registry.start_options())
+                .start_from(&store, &name, registry.start_options(template))
         })
         .collect();
     if let Err(e) = store.remove(&name) {
