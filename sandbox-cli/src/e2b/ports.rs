@@ -20,7 +20,6 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
-use subtle::ConstantTimeEq;
 
 use strata::live::PublishRequest;
 
@@ -65,10 +64,7 @@ pub async fn forward(
     };
     if let Some(token) = &entry.traffic_token {
         let sent = http::header(request.headers(), "e2b-traffic-access-token").unwrap_or("");
-        let matches: bool = registry::digest(sent)
-            .ct_eq(&registry::digest(token))
-            .into();
-        if !matches {
+        if !registry::same_secret(sent, token) {
             return unreachable(
                 StatusCode::FORBIDDEN,
                 id,

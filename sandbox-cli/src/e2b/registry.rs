@@ -94,7 +94,7 @@ impl Entry {
 
     /// Whether `token` is this sandbox's access token (constant time).
     pub fn token_matches(&self, token: &str) -> bool {
-        digest(token).ct_eq(&digest(&self.access_token)).into()
+        same_secret(token, &self.access_token)
     }
 }
 
@@ -104,6 +104,12 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     }
+}
+
+/// Whether `sent` is `secret`, compared as SHA-256 digests in constant time (the time
+/// tells nothing of how much of it matched, nor of its length).
+pub fn same_secret(sent: &str, secret: &str) -> bool {
+    digest(sent).ct_eq(&digest(secret)).into()
 }
 
 /// SHA-256 of `text` (keys and tokens are compared as digests, in constant time).
