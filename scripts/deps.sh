@@ -7,7 +7,7 @@ mode="${1:-test}"
 demo_pkgs=(ca-certificates gcc python3)
 test_pkgs=(bubblewrap hyperfine clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32
            busybox-static debootstrap docker.io runsc python3-venv nodejs npm util-linux iproute2
-           uidmap python-is-python3)
+           uidmap python-is-python3 binutils)
 
 pkgs=("${demo_pkgs[@]}")
 if [ "$mode" = test ]; then pkgs+=("${test_pkgs[@]}"); fi

@@ -10,7 +10,7 @@
 const fs = require('node:fs')
 const path = require('node:path')
 const nodePath = path
-const { addonPath, helperPath, supervisorPath } = require('./platform.js')
+const { addonPath, helperPath, supervisorPath, platformPackage } = require('./platform.js')
 
 let native
 try {
@@ -18,7 +18,7 @@ try {
 } catch (error) {
   const hint = fs.existsSync(addonPath)
     ? 'it exists but does not load'
-    : "it is built by the package's install script: run `npm rebuild strata-sandbox` (needs Rust's cargo)"
+    : `it comes from the prebuilt package ${platformPackage} (an optional dependency: reinstall without --no-optional / --omit=optional), or from a source build in a Strata checkout: npm rebuild strata-sandbox (needs Rust's cargo)`
   throw new Error(`strata-sandbox: cannot load the native addon ${addonPath}: ${error.message} (${hint})`, {
     cause: error,
   })

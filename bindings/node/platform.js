@@ -1,6 +1,8 @@
 'use strict'
-// Where this package keeps its native parts: the Node-API addon and the `strata-helper`
-// binary the process backend starts. Shared by index.js and scripts/build.js.
+// Where this package finds its native parts (the Node-API addon, the `strata-helper` binary
+// the process backend starts, the live supervisor `strata-live`): built from source in this
+// package, else the prebuilt platform package `strata-sandbox-<platform>`. Shared by
+// index.js and scripts/build.js.
 
 const fs = require('node:fs')
 const path = require('node:path')
@@ -17,12 +19,35 @@ function libcSuffix() {
 /** `linux-x64-gnu`, `darwin-arm64`, ...: the napi-rs platform name of this host. */
 const triple = `${process.platform}-${process.arch}${libcSuffix()}`
 
+/** The prebuilt platform package for this host (napi-rs layout; the main package names it
+ * as an optional dependency, so npm installs only the matching one). */
+const platformPackage = `strata-sandbox-${triple}`
+
+/** The directory of the installed platform package, or null when there is none. */
+function platformPackageDir() {
+  try {
+    return path.dirname(require.resolve(`${platformPackage}/package.json`, { paths: [__dirname] }))
+  } catch {
+    return null
+  }
+}
+
+const localAddon = path.join(__dirname, `strata.${triple}.node`)
+// Native parts built from source in this package (a checkout: scripts/build.js) come first,
+// as napi-rs's loaders do, then the platform package's prebuilt ones.
+const nativeDir = fs.existsSync(localAddon) ? __dirname : (platformPackageDir() ?? __dirname)
+const exe = process.platform === 'win32' ? '.exe' : ''
+
 module.exports = {
   triple,
-  /** The native addon, built by scripts/build.js. */
-  addonPath: path.join(__dirname, `strata.${triple}.node`),
-  /** The sandbox helper binary, built by scripts/build.js. */
-  helperPath: path.join(__dirname, 'bin', process.platform === 'win32' ? 'strata-helper.exe' : 'strata-helper'),
-  /** The live sandboxes' supervisor binary, built by scripts/build.js. */
-  supervisorPath: path.join(__dirname, 'bin', 'strata-live'),
+  platformPackage,
+  platformPackageDir,
+  /** The native addon: built by scripts/build.js, or the platform package's. */
+  addonPath: path.join(nativeDir, `strata.${triple}.node`),
+  /** The sandbox helper binary the process backend starts. */
+  helperPath: path.join(nativeDir, 'bin', `strata-helper${exe}`),
+  /** The live sandboxes' supervisor binary. */
+  supervisorPath: path.join(nativeDir, 'bin', `strata-live${exe}`),
+  /** Where scripts/build.js installs what it builds from source. */
+  localDir: __dirname,
 }

@@ -12,13 +12,19 @@
 //   STRATA_NODE_PROFILE   cargo profile: `release` (default) or `dev`
 //   STRATA_NODE_SKIP_BUILD=1  do nothing (the addon and helper are already in place)
 //
-// Outside a Strata checkout (the package was copied, e.g. from `npm pack`), an addon and
-// helper already present are used as they are.
+// Outside a Strata checkout (installed from a registry or a tarball), nothing is built: the
+// prebuilt platform package (`strata-sandbox-linux-x64-gnu`, an optional dependency) is
+// used; without one the install fails with a message saying how to build from source.
 
 const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
-const { addonPath, helperPath, supervisorPath, triple } = require('../platform.js')
+const { localDir, platformPackage, platformPackageDir, triple } = require('../platform.js')
+
+// Where a source build installs (platform.js prefers these to the platform package's).
+const addonPath = path.join(localDir, `strata.${triple}.node`)
+const helperPath = path.join(localDir, 'bin', process.platform === 'win32' ? 'strata-helper.exe' : 'strata-helper')
+const supervisorPath = path.join(localDir, 'bin', 'strata-live')
 
 const pkgDir = path.resolve(__dirname, '..')
 const workspace = path.resolve(pkgDir, '..', '..')
@@ -50,13 +56,20 @@ function install(from, to, mode) {
 
 function main() {
   if (process.env.STRATA_NODE_SKIP_BUILD === '1') return
-  if (!isStrataWorkspace(workspace)) {
+  const inWorkspace = isStrataWorkspace(workspace)
+  // An installed package (from a registry or a tarball) uses its platform package as it is:
+  // nothing is compiled at install time. A checkout builds from source, as its tests need.
+  if (!inWorkspace && platformPackageDir()) return
+  if (!inWorkspace) {
     if (fs.existsSync(addonPath) && fs.existsSync(helperPath) && fs.existsSync(supervisorPath)) return
     fail(
-      `no Strata workspace at ${workspace} to build from, and no prebuilt ${path.basename(addonPath)}. ` +
-        'Install this package from a Strata checkout: npm install ./bindings/node',
+      `no prebuilt native part for ${triple}: the optional dependency ${platformPackage} is not installed ` +
+        '(npm installs it when your platform is one strata-sandbox is built for: linux-x64-gnu), ' +
+        `and there is no Strata workspace at ${workspace} to build one from source. ` +
+        'To build from source: git clone the Strata repository and npm install ./bindings/node (needs Rust\'s cargo)',
     )
   }
+  console.error(`strata-sandbox: building from source in the Strata checkout at ${workspace} (no prebuilt package is used here)`)
   const cargo = process.env.CARGO || 'cargo'
   const profile = process.env.STRATA_NODE_PROFILE || 'release'
   if (profile !== 'release' && profile !== 'dev') fail(`STRATA_NODE_PROFILE must be release or dev, not ${profile}`)
