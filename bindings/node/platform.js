@@ -38,16 +38,25 @@ const localAddon = path.join(__dirname, `strata.${triple}.node`)
 const nativeDir = fs.existsSync(localAddon) ? __dirname : (platformPackageDir() ?? __dirname)
 const exe = process.platform === 'win32' ? '.exe' : ''
 
+/** The native parts' paths inside `dir` (a package directory). */
+function nativePaths(dir) {
+  return {
+    /** The Node-API addon. */
+    addonPath: path.join(dir, `strata.${triple}.node`),
+    /** The sandbox helper binary the process backend starts. */
+    helperPath: path.join(dir, 'bin', `strata-helper${exe}`),
+    /** The live sandboxes' supervisor binary. */
+    supervisorPath: path.join(dir, 'bin', `strata-live${exe}`),
+  }
+}
+
 module.exports = {
   triple,
   platformPackage,
   platformPackageDir,
-  /** The native addon: built by scripts/build.js, or the platform package's. */
-  addonPath: path.join(nativeDir, `strata.${triple}.node`),
-  /** The sandbox helper binary the process backend starts. */
-  helperPath: path.join(nativeDir, 'bin', `strata-helper${exe}`),
-  /** The live sandboxes' supervisor binary. */
-  supervisorPath: path.join(nativeDir, 'bin', `strata-live${exe}`),
+  nativePaths,
+  /** The native parts in use: built by scripts/build.js in this package, or the platform package's. */
+  ...nativePaths(nativeDir),
   /** Where scripts/build.js installs what it builds from source. */
   localDir: __dirname,
 }

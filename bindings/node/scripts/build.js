@@ -19,12 +19,10 @@
 const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
-const { localDir, platformPackage, platformPackageDir, triple } = require('../platform.js')
+const { localDir, nativePaths, platformPackage, platformPackageDir, triple } = require('../platform.js')
 
 // Where a source build installs (platform.js prefers these to the platform package's).
-const addonPath = path.join(localDir, `strata.${triple}.node`)
-const helperPath = path.join(localDir, 'bin', process.platform === 'win32' ? 'strata-helper.exe' : 'strata-helper')
-const supervisorPath = path.join(localDir, 'bin', 'strata-live')
+const { addonPath, helperPath, supervisorPath } = nativePaths(localDir)
 
 const pkgDir = path.resolve(__dirname, '..')
 const workspace = path.resolve(pkgDir, '..', '..')
