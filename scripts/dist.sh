@@ -13,20 +13,23 @@
 #       (objcopy --only-keep-debug copies plus rustc's .dwp files; each stripped binary
 #       names its copy with a .gnu_debuglink)
 #
-# The binaries (x86_64 or aarch64, as the host) link against glibc 2.28's symbols at most (manylinux_2_28: RHEL 8, Debian
-# 10, Ubuntu 18.10 and later) whatever the build host has: they are linked by zig (PyPI's
-# `ziglang`) through cargo-zigbuild and maturin's --zig, and the script checks every ELF's
-# symbol versions and libraries before it writes anything. The microVM guest (a Debian
+# The binaries (x86_64 or aarch64, as the host) link against glibc 2.28's symbols at most
+# (manylinux_2_28: RHEL 8, Debian 10, Ubuntu 18.10 and later) whatever the build host has:
+# zig (PyPI's `ziglang`) links them through maturin's --zig, and the script checks every
+# ELF's symbol versions and libraries before it writes anything. The microVM guest (a Debian
 # kernel and root image, scripts/build-vm-guest.sh) and the wasm backend's interpreters
 # (scripts/fetch-wasm-interpreters.sh) are not bundled: the first is ~90 MB and
 # host-specific, the second is fetched where it is used.
 #
-# Compilation goes to $STRATA_DIST_TARGET_DIR (default ~/.cache/strata/target-dist): a
-# target (ARCH-unknown-linux-gnu with zig as the linker) the test build never uses, so
-# neither invalidates the other. cargo-zigbuild is pinned to the version maturin embeds (the
-# same zig handling for the binaries and the module). Their linker wrappers differ in path,
-# which is part of every crate's build hash, so the two builds share no artifacts: each is
-# compiled once per machine and then reused (only the workspace crates rebuild per clone).
+# One compilation, reused: maturin builds the Python module first, and the script records
+# the environment maturin gives cargo (zig's compiler and linker wrappers). The addon and the
+# binaries are then built by plain cargo with that same environment, so the crates both
+# builds share compile once: the linker's path is part of every crate's build hash, and a
+# second zig driver (cargo-zigbuild) would have its own wrappers and rebuild them all. The
+# tools live outside the clone (~/.cache/strata/dist-venv) so their paths, and so the
+# hashes, are the same in every clone. Compilation goes to $STRATA_DIST_TARGET_DIR (default
+# ~/.cache/strata/target-dist), which the test build never uses: neither invalidates the
+# other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -46,25 +49,23 @@ platform="linux-$node_cpu-gnu"
 # or (the release workflow, which builds each on its own runner) every one released.
 platforms="${STRATA_DIST_PLATFORMS:-$platform}"
 maturin_version="1.16.0"
-zigbuild_version="0.24.0" # the cargo-zigbuild maturin $maturin_version is built on
 out="$root/dist"
 
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
 [ -n "$version" ] || { echo "dist: no [workspace.package] version in Cargo.toml" >&2; exit 1; }
 
-step "tools: maturin $maturin_version, ziglang, auditwheel, wheel (PyPI); cargo-zigbuild $zigbuild_version (crates.io)"
+step "tools: maturin $maturin_version, ziglang, auditwheel, wheel (PyPI)"
 for tool in objcopy readelf npm /usr/bin/python3; do
   command -v "$tool" >/dev/null || { echo "dist: $tool is missing (scripts/deps.sh installs it)" >&2; exit 1; }
 done
-venv="$root/.ci/cache/dist-venv"
-[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+venv="${STRATA_DIST_VENV:-$HOME/.cache/strata/dist-venv}"
+if ! { [ -x "$venv/bin/python" ] || { mkdir -p "$(dirname "$venv")" 2>/dev/null && /usr/bin/python3 -m venv "$venv"; }; }; then
+  venv="$root/.ci/cache/dist-venv"
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check \
   "maturin==$maturin_version" "ziglang==0.13.0" "auditwheel==6.8.2" "wheel==0.45.1"
-tools="$HOME/.cache/strata/tools"
-if [ "$("$tools/bin/cargo-zigbuild" --version 2>/dev/null)" != "cargo-zigbuild $zigbuild_version" ]; then
-  cargo install --quiet --locked --force --root "$tools" "cargo-zigbuild@$zigbuild_version"
-fi
-export PATH="$tools/bin:$venv/bin:$PATH"
+export PATH="$venv/bin:$PATH"
 
 target="${STRATA_DIST_TARGET_DIR:-$HOME/.cache/strata/target-dist}"
 if ! mkdir -p "$target" 2>/dev/null || [ ! -w "$target" ]; then
@@ -75,14 +76,53 @@ export CARGO_TARGET_DIR="$target"
 # Not the test build's clippy wrapper: this build has its own target dir, and lints ran there.
 unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 built="$target/$rust_target/dist"
-
-step "cargo zigbuild --profile dist: Node addon, strata-helper, strata-live (glibc $glibc_max)"
-cargo zigbuild --profile dist --target "$rust_target.$glibc_max" \
-  -p strata-node -p strata -p sandbox-live --lib --bin strata-helper --bin strata-live
-
 stage="$target/stage"
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/debug"
+
+step "python module: maturin build --zig (abi3, manylinux_${glibc_max/./_})"
+# maturin runs cargo from PATH: a shim first on it records the environment of the build
+# (`cargo rustc`) and hands over to the real cargo.
+real_cargo="$(command -v cargo)"
+shim="$target/cargo-shim"
+rm -rf "$shim"
+mkdir -p "$shim"
+cat >"$shim/cargo" <<SHIM
+#!/bin/sh
+if [ "\$1" = rustc ]; then env -0 >"$shim/rustc.env"; fi
+exec "$real_cargo" "\$@"
+SHIM
+chmod 0700 "$shim/cargo"
+wheels="$target/wheels"
+rm -rf "$wheels"
+(cd bindings/python && PATH="$shim:$PATH" maturin build --profile dist --zig --target "$rust_target" \
+  --compatibility "manylinux_${glibc_max/./_}" --interpreter /usr/bin/python3 --out "$wheels")
+[ -s "$shim/rustc.env" ] || { echo "dist: maturin ran no \`cargo rustc\` through $shim (how it calls cargo changed)" >&2; exit 1; }
+built_wheel="$(ls "$wheels"/strata_sandbox-"$version"-cp39-abi3-manylinux_2_28_$arch*.whl)"
+
+step "cargo build --profile dist with maturin's zig: Node addon, strata-helper, strata-live"
+# What maturin set for its build (zig's CC/CXX/AR/RANLIB wrappers, the target's linker, the
+# cmake toolchain, PyO3's settings), applied to this one: every other variable as it is here.
+zig_env=()
+while IFS= read -r -d '' assignment; do zig_env+=("$assignment"); done < <(
+  python3 - "$shim/rustc.env" <<'PY'
+import os, sys
+skip = {"PATH", "PWD", "OLDPWD", "SHLVL", "_"}
+with open(sys.argv[1], "rb") as f:
+    for item in f.read().split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        name = key.decode()
+        if not sep or name in skip or os.environb.get(key) == value:
+            continue
+        sys.stdout.buffer.write(item + b"\0")
+PY
+)
+linker_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$rust_target")_LINKER"
+printf '%s\n' "${zig_env[@]}" | grep -q "^$linker_var=" \
+  || { echo "dist: maturin set no $linker_var (its environment is in $shim/rustc.env)" >&2; exit 1; }
+env "${zig_env[@]}" cargo build --profile dist --target "$rust_target" \
+  -p strata-node -p strata -p sandbox-live --lib --bin strata-helper --bin strata-live
+
 # Strips `from` into `to`; its debuginfo goes to debug/NAME.debug (plus rustc's .dwp), NAME
 # being the third argument or the name of `to`.
 strip_into() {
@@ -107,52 +147,37 @@ check_elf() {
     exit 1
   fi
   libs="$(readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
-  bad="$(printf '%s\n' $libs | grep -Ev '^(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux-x86-64)\.so\.[0-9]+$' || true)"
+  bad="$(printf '%s\n' $libs | grep -Ev '^(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux-x86-64|ld-linux-aarch64)\.so\.[0-9]+$' || true)"
   if [ -n "$bad" ]; then
     echo "dist: $file links libraries outside manylinux's set: $bad" >&2
     exit 1
   fi
   printf '  %-34s GLIBC <= %-5s needs: %s\n' "$(basename "$file")" "${newest:-none}" "$libs"
 }
-step "glibc symbol versions (at most $glibc_max) and libraries"
-for elf in "$stage/bin/strata-helper" "$stage/bin/strata-live" "$stage/strata.$platform.node"; do
-  check_elf "$elf"
-done
 
-step "python wheel: maturin build --zig (abi3, manylinux_${glibc_max/./_})"
-pkg_bin="$root/bindings/python/python/strata/_bin"
-saved="$target/saved-python-bin"
-rm -rf "$saved"
-# The wheel takes its binaries from the package dir; a developer's own (source-built) copies
-# there are put back afterwards.
-if [ -d "$pkg_bin" ]; then mv "$pkg_bin" "$saved"; fi
-restore_bin() {
-  rm -rf "$pkg_bin"
-  if [ -d "$saved" ]; then mv "$saved" "$pkg_bin"; fi
-}
-trap restore_bin EXIT
-mkdir -p "$pkg_bin"
-cp "$stage/bin/strata-helper" "$stage/bin/strata-live" "$pkg_bin/"
-wheels="$target/wheels"
-rm -rf "$wheels"
-(cd bindings/python && maturin build --profile dist --zig --target "$rust_target" \
-  --compatibility "manylinux_${glibc_max/./_}" --interpreter /usr/bin/python3 --out "$wheels")
-restore_bin
-trap - EXIT
-built_wheel="$(ls "$wheels"/strata_sandbox-"$version"-cp39-abi3-manylinux_2_28_$arch*.whl)"
-
-# maturin strips nothing here (the module's debuginfo is kept apart like the binaries'):
-# unpack, strip the module, pack again (`wheel pack` writes the RECORD anew).
-rm -rf "$wheels/unpacked"
+step "python wheel: the module stripped, strata-helper and strata-live in strata/_bin"
+# maturin strips nothing here (the module's debuginfo is kept apart like the binaries'), and
+# its wheel holds whatever a developer's source build left in python/strata/_bin: unpack,
+# put this build's binaries there, strip the module, pack again (`wheel pack` writes the
+# RECORD anew).
 python -m wheel unpack --dest "$wheels/unpacked" "$built_wheel" >/dev/null
-module="$(ls "$wheels"/unpacked/strata_sandbox-"$version"/strata/_strata.abi3.so)"
+unpacked="$wheels/unpacked/strata_sandbox-$version"
+rm -rf "$unpacked/strata/_bin"
+mkdir -p "$unpacked/strata/_bin"
+cp "$stage/bin/strata-helper" "$stage/bin/strata-live" "$unpacked/strata/_bin/"
+module="$unpacked/strata/_strata.abi3.so"
+[ -f "$module" ] || { echo "dist: the wheel has no strata/_strata.abi3.so" >&2; exit 1; }
 strip_into "$module" "$module.stripped" "_strata.abi3.so"
 mv "$module.stripped" "$module"
 chmod 0755 "$module"
-check_elf "$module"
+
+step "glibc symbol versions (at most $glibc_max) and libraries"
+for elf in "$stage/bin/strata-helper" "$stage/bin/strata-live" "$stage/strata.$platform.node" "$module"; do
+  check_elf "$elf"
+done
 mkdir -p "$out"
 rm -f "$out"/strata_sandbox-*.whl "$out"/strata_sandbox-*.tar.gz "$out"/strata-sandbox-*.tgz "$out"/strata-*-debuginfo-*.tar.gz
-python -m wheel pack --dest-dir "$out" "$wheels/unpacked/strata_sandbox-$version" >/dev/null
+python -m wheel pack --dest-dir "$out" "$unpacked" >/dev/null
 wheel_file="$(ls "$out"/strata_sandbox-"$version"-cp39-abi3-manylinux_2_28_$arch*.whl)"
 echo "auditwheel show:"
 auditwheel show "$wheel_file" | sed 's/^/  /'

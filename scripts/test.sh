@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs Strata's whole test suite: Rust (cargo test), Python (pytest) and Node (node --test).
+# Runs Strata's whole test suite: Rust (cargo test), Python (pytest), Node (node --test), the
+# prebuilt packages installed without Rust (tests/dist) and the official E2B SDKs.
 # Installs what it needs and starts the services its tests use (dockerd). Idempotent.
 #
 # Compilation is reused, never sources: cargo's target directory lives outside the clone
@@ -101,6 +102,11 @@ fi
 if [ -f bindings/node/package.json ] && [ -x bindings/node/test.sh ]; then
   section "node: node --test"
   bindings/node/test.sh
+fi
+
+if [ -x tests/dist/test.sh ]; then
+  section "dist: wheel and npm packages"
+  tests/dist/test.sh
 fi
 
 if [ -x tests/e2b/test.sh ]; then

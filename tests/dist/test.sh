@@ -115,7 +115,13 @@ done
 echo "python examples: agent_tool.py, two_agents.py, sessions.py ok"
 
 step "wheel: auditwheel show"
-"$root/.ci/cache/dist-venv/bin/auditwheel" show "$wheel"
+# dist.sh's tool venv (outside the clone unless that is not writable).
+tool_venv="${STRATA_DIST_VENV:-$HOME/.cache/strata/dist-venv}"
+[ -x "$tool_venv/bin/auditwheel" ] || tool_venv="$root/.ci/cache/dist-venv"
+report="$("$tool_venv/bin/auditwheel" show "$wheel")"
+echo "$report"
+tr '\n' ' ' <<<"$report" | grep -q "consistent with the following platform tag: \"manylinux_2_28_$(uname -m)\"" \
+  || fail "auditwheel does not find the wheel manylinux_2_28"
 
 step "sdist: contents"
 listing="$(tar -tzf "$sdist")"
@@ -124,7 +130,10 @@ for member in pyproject.toml build_backend/strata_build_backend.py Cargo.toml py
     || fail "the sdist has no $member"$'\n'"$listing"
 done
 grep -q "/sandbox-core/src/lib.rs$" <<<"$listing" || fail "the sdist lacks the workspace crates (sandbox-core)"
-echo "sdist: $(wc -l <<<"$listing") files, the workspace crates and the build backend included"
+# Sources only: no built package, addon, module or binary of this or an earlier build.
+built_members="$(grep -E "\\.(whl|tgz|node|so)\$|^strata_sandbox-$version/(dist|target)/|/_bin/" <<<"$listing" || true)"
+[ -z "$built_members" ] || fail "the sdist holds build outputs:"$'\n'"$built_members"
+echo "sdist: $(wc -l <<<"$listing") files, $(( $(stat -c %s "$sdist") / 1024 )) KiB: the workspace crates and the build backend, no build outputs"
 
 step "npm: metadata of the tarballs"
 node - "$npm_main" "$npm_plat" "$version" <<'JS'
