@@ -1342,7 +1342,13 @@ fn namespace_failure_refuses_the_run_even_best_effort() {
     for strictness in [Strictness::Strict, Strictness::BestEffort] {
         let err = faulty(Fault::Namespaces, strictness).expect_err("must refuse");
         assert_eq!(err.kind(), ErrorKind::Unenforceable, "{err}");
-        assert!(err.to_string().contains("namespaces"), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("user namespace"), "{err}");
+        // Issue 33: it names the cause and the way to enable them, and promises no
+        // best-effort run (best effort was refused too).
+        assert!(text.contains("kernel.unprivileged_userns_clone=0"), "{err}");
+        assert!(text.contains("to enable them: sysctl"), "{err}");
+        assert!(!text.contains("best-effort strictness would run"), "{err}");
     }
 }
 
@@ -1402,4 +1408,87 @@ fn limits_without_a_cgroup_are_refused_strict_and_listed_as_gaps_best_effort() {
         "no run-wide memory limit may be claimed: {}",
         out.receipt
     );
+}
+
+// ----------------------------------------- a host without user namespaces (issue 33)
+
+/// Ubuntu 23.10+, many containers and CI runners give an unprivileged user no user
+/// namespace. Without one the process backend has no sandbox to offer, so a run of either
+/// strictness is refused with the cause and the remedy, names user namespaces rather than
+/// a lesser gap (the missing cgroup, which a strict run used to name alone), and runs
+/// nothing; `doctor` says the same.
+#[test]
+fn without_user_namespaces_a_run_is_refused_naming_them_and_nothing_runs() {
+    if !require_root("without_user_namespaces_a_run_is_refused_naming_them_and_nothing_runs") {
+        return;
+    }
+    run_inner_without_userns("without_user_namespaces_inner", (1000, 1000), &[]);
+}
+
+#[test]
+#[ignore = "runs as uid 1000 where no user namespace can be made, under without_user_namespaces_a_run_is_refused_naming_them_and_nothing_runs"]
+fn without_user_namespaces_inner() {
+    assert!(!is_root(), "must run unprivileged");
+    let limit = std::fs::read_to_string("/proc/sys/user/max_user_namespaces").expect("read limit");
+    assert_eq!(limit.trim(), "0", "the harness set no limit");
+    let unshare = std::process::Command::new("unshare")
+        .args(["--user", "true"])
+        .output()
+        .expect("unshare");
+    assert!(
+        !unshare.status.success(),
+        "a user namespace could still be made here"
+    );
+    let helper = std::env::var("STRATA_INNER_HELPER").expect("run by its outer test");
+    let scratch = std::path::PathBuf::from(std::env::var("STRATA_INNER_SCRATCH").expect("scratch"));
+    for strictness in [Strictness::Strict, Strictness::BestEffort] {
+        let sandbox = strata::Sandbox::builder()
+            .backend(strata::BackendChoice::Only(strata::BackendKind::Process))
+            .helper(&helper)
+            .strictness(strictness)
+            .build()
+            .expect("sandbox");
+        let flag = scratch.join(format!("ran-{strictness}"));
+        let err = sandbox
+            .run(
+                &sh(&format!("touch {}", flag.display())),
+                &Caps::new().read_write(&scratch),
+            )
+            .expect_err("no user namespace: refused");
+        let text = err.to_string();
+        assert_eq!(err.kind(), ErrorKind::Unenforceable, "{text}");
+        for expected in [
+            "user namespace",
+            "user.max_user_namespaces is 0",
+            "to enable them: sysctl user.max_user_namespaces=",
+        ] {
+            assert!(
+                text.contains(expected),
+                "{strictness}: no {expected:?} in: {text}"
+            );
+        }
+        assert!(!text.contains("best-effort strictness would run"), "{text}");
+        assert!(
+            !text.contains("no cgroup"),
+            "{strictness} names a lesser gap: {text}"
+        );
+        assert!(!flag.exists(), "the tool ran although the run was refused");
+        let report = sandbox.doctor();
+        let process = report
+            .backends
+            .iter()
+            .find(|b| b.backend == strata::BackendKind::Process)
+            .expect("process backend in doctor");
+        let namespaces = process
+            .checks
+            .iter()
+            .find(|c| c.name == "namespaces")
+            .expect("namespaces check");
+        assert!(!namespaces.ok, "{namespaces:?}");
+        assert!(
+            namespaces.detail.contains("user.max_user_namespaces is 0"),
+            "{namespaces:?}"
+        );
+        assert!(!process.available, "{process:?}");
+    }
 }

@@ -80,10 +80,10 @@ pub fn require(
         .iter()
         .map(|(cap, why)| format!("{cap}: {why}"))
         .collect();
-    Err(Error::unenforceable(
+    Err(Error::unenforceable_strict(
         place.say(format!("what {} applied", place.agent())),
         format!(
-            "it reports less than the run asked ({}); the run's result is withheld (best-effort accepts them as gaps)",
+            "it reports less than the run asked ({}); the run's result is withheld",
             list.join("; ")
         ),
     ))

@@ -303,10 +303,10 @@ pub fn require_complete(
     if strictness != sandbox_core::Strictness::Strict || gaps.is_empty() {
         return Ok(());
     }
-    Err(Error::unenforceable(
+    Err(Error::unenforceable_strict(
         format!("{outer}: the sandbox inside {place}"),
         format!(
-            "it reports guarantees it did not enforce ({}); the run's result is withheld (best-effort accepts them as gaps)",
+            "it reports guarantees it did not enforce ({}); the run's result is withheld",
             gaps.join("; ")
         ),
     ))

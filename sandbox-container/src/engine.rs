@@ -499,7 +499,7 @@ pub fn run(
             match sandbox_os::backend_api::egress_host(process) {
                 Ok(host) => Some(host),
                 Err(why) if ctx.strictness == sandbox_core::Strictness::Strict => {
-                    return Err(Error::unenforceable(
+                    return Err(Error::unenforceable_strict(
                         "net: allowlist",
                         format!("the egress proxy could not start: {why}"),
                     ))
@@ -518,7 +518,7 @@ pub fn run(
         .iter()
         .any(|m| m.access == sandbox_core::Access::ReadWrite);
     if let (Some(agent), sandbox_core::Strictness::Strict) = (&caps.agent, ctx.strictness) {
-        return Err(Error::unenforceable(
+        return Err(Error::unenforceable_strict(
             "identity: per-agent host uid",
             format!(
                 "the engine runtime runs the image's user with the engine's uid handling, not agent {agent}'s own host uid; use the native runtime, or best effort"
@@ -529,7 +529,7 @@ pub fn run(
         && container.runtime == ContainerRuntime::Runsc
         && ctx.strictness == sandbox_core::Strictness::Strict
     {
-        return Err(Error::unenforceable(
+        return Err(Error::unenforceable_strict(
             "privileges: no set-id files in read-write grants",
             SETID_GAP,
         ));

@@ -34,14 +34,22 @@ pub enum Error {
         /// What is missing.
         reason: String,
     },
-    /// A guarantee the caps need cannot be enforced here and strictness is strict.
-    /// Nothing ran.
-    #[error("cannot enforce {guarantee}: {reason}; refusing to run (best-effort strictness would run without it)")]
+    /// A guarantee the caps need cannot be enforced here. Nothing ran. The message says
+    /// that best-effort strictness would run without it only when that is so
+    /// (`best_effort_runs`): some guarantees (the process backend's namespaces, seccomp) have
+    /// no weaker form, and refuse under either strictness.
+    #[error(
+        "cannot enforce {guarantee}: {reason}; refusing to run{}",
+        if *.best_effort_runs { " (best-effort strictness would run without it)" } else { "" }
+    )]
     Unenforceable {
         /// The guarantee, e.g. `"fs: landlock"`.
         guarantee: String,
         /// Why it is unavailable.
         reason: String,
+        /// Whether a best-effort run would go ahead without it (and list the gap in its
+        /// receipt); `false` when it is refused whatever the strictness.
+        best_effort_runs: bool,
     },
     /// The sandbox was built but the program could not be started in it (not found, not
     /// executable). Nothing of the tool ran.
@@ -147,11 +155,23 @@ impl Error {
         }
     }
 
-    /// Shorthand for [`Error::Unenforceable`].
+    /// Shorthand for [`Error::Unenforceable`] of a guarantee refused whatever the
+    /// strictness (its message promises no best-effort run).
     pub fn unenforceable(guarantee: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::Unenforceable {
             guarantee: guarantee.into(),
             reason: reason.into(),
+            best_effort_runs: false,
+        }
+    }
+
+    /// Shorthand for [`Error::Unenforceable`] of a guarantee a strict run refuses and a
+    /// best-effort run would go without (its message says so).
+    pub fn unenforceable_strict(guarantee: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Unenforceable {
+            guarantee: guarantee.into(),
+            reason: reason.into(),
+            best_effort_runs: true,
         }
     }
 
@@ -202,9 +222,12 @@ mod tests {
 
     #[test]
     fn kinds_have_stable_codes_and_messages_name_the_problem() {
-        let err = Error::unenforceable("fs: landlock", "kernel has no landlock");
+        let err = Error::unenforceable_strict("fs: landlock", "kernel has no landlock");
         assert_eq!(err.kind().code(), "unenforceable");
         assert!(err.to_string().contains("fs: landlock"));
+        assert!(err
+            .to_string()
+            .ends_with("(best-effort strictness would run without it)"));
         let err = Error::Exec {
             program: "nope".into(),
             source: io::Error::from_raw_os_error(libc_enoent()),
@@ -214,6 +237,16 @@ mod tests {
             std::error::Error::source(&err).is_some(),
             "OS cause is kept"
         );
+    }
+
+    /// Issue 33: a refusal that best effort shares must not tell the caller best effort
+    /// would run (it said so for missing user namespaces, and then refused that too).
+    #[test]
+    fn a_refusal_of_every_strictness_promises_no_best_effort_run() {
+        let err = Error::unenforceable("isolation: namespaces", "no user namespaces");
+        assert_eq!(err.kind(), ErrorKind::Unenforceable);
+        assert!(!err.to_string().contains("best-effort"), "{err}");
+        assert!(err.to_string().ends_with("refusing to run"), "{err}");
     }
 
     fn libc_enoent() -> i32 {

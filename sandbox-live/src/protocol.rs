@@ -443,6 +443,9 @@ pub enum WireError {
         guarantee: String,
         /// Why.
         reason: String,
+        /// Whether best effort would run without it (absent from older peers: `false`).
+        #[serde(default)]
+        best_effort_runs: bool,
     },
     /// [`Error::Exec`].
     Exec {
@@ -484,9 +487,14 @@ impl From<&Error> for WireError {
                 backend: *backend,
                 reason: reason.clone(),
             },
-            Error::Unenforceable { guarantee, reason } => WireError::Unenforceable {
+            Error::Unenforceable {
+                guarantee,
+                reason,
+                best_effort_runs,
+            } => WireError::Unenforceable {
                 guarantee: guarantee.clone(),
                 reason: reason.clone(),
+                best_effort_runs: *best_effort_runs,
             },
             Error::Exec { program, source } => WireError::Exec {
                 program: program.clone(),
@@ -521,9 +529,15 @@ impl From<WireError> for Error {
             WireError::BackendUnavailable { backend, reason } => {
                 Error::BackendUnavailable { backend, reason }
             }
-            WireError::Unenforceable { guarantee, reason } => {
-                Error::Unenforceable { guarantee, reason }
-            }
+            WireError::Unenforceable {
+                guarantee,
+                reason,
+                best_effort_runs,
+            } => Error::Unenforceable {
+                guarantee,
+                reason,
+                best_effort_runs,
+            },
             WireError::Exec {
                 program,
                 errno,

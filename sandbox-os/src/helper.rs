@@ -32,6 +32,7 @@ use crate::protocol::{
 use crate::rootfs;
 use crate::seccomp;
 use crate::sys;
+use crate::userns;
 
 /// `CAP_DAC_OVERRIDE`.
 const CAP_DAC_OVERRIDE: u32 = 1;
@@ -398,15 +399,32 @@ fn prepare_namespaces(
         sys::unshare(flags)
     };
     unshared.map_err(|e| {
-        setup_failed(
-            SetupStage::Namespaces,
-            "create namespaces",
-            &e,
-            Some("isolation: user, mount, pid, ipc, uts and network namespaces"),
-        )
+        let failure = userns::Failure::Create(e.raw_os_error().unwrap_or(0));
+        if userns::withheld(failure) {
+            userns::refusal(failure, "create namespaces")
+        } else {
+            setup_failed(
+                SetupStage::Namespaces,
+                "create namespaces",
+                &e,
+                Some("isolation: user, mount, pid, ipc, uts and network namespaces"),
+            )
+        }
     })?;
-    std::fs::write("/proc/self/setgroups", "deny")
-        .map_err(|e| setup_failed(SetupStage::IdMaps, "write setgroups", &e, None))?;
+    // The namespace's first uses of its capabilities: where a host hands out powerless
+    // user namespaces (AppArmor), this is where it shows.
+    let powerless = |step: &'static str, e: io::Error| {
+        let failure = userns::Failure::Powerless {
+            step,
+            errno: e.raw_os_error().unwrap_or(0),
+        };
+        if userns::withheld(failure) {
+            userns::refusal(failure, step)
+        } else {
+            setup_failed(SetupStage::IdMaps, step, &e, None)
+        }
+    };
+    std::fs::write("/proc/self/setgroups", "deny").map_err(|e| powerless("write setgroups", e))?;
     match mapper {
         Some(mapper) => mapper.write_maps().map_err(|e| {
             setup_failed(
@@ -417,22 +435,10 @@ fn prepare_namespaces(
             )
         })?,
         None => {
-            std::fs::write("/proc/self/uid_map", IdMaps::text(&maps.uid)).map_err(|e| {
-                setup_failed(
-                    SetupStage::IdMaps,
-                    "write uid_map",
-                    &e,
-                    Some("isolation: user namespace uid map"),
-                )
-            })?;
-            std::fs::write("/proc/self/gid_map", IdMaps::text(&maps.gid)).map_err(|e| {
-                setup_failed(
-                    SetupStage::IdMaps,
-                    "write gid_map",
-                    &e,
-                    Some("isolation: user namespace gid map"),
-                )
-            })?;
+            std::fs::write("/proc/self/uid_map", IdMaps::text(&maps.uid))
+                .map_err(|e| powerless("write uid_map", e))?;
+            std::fs::write("/proc/self/gid_map", IdMaps::text(&maps.gid))
+                .map_err(|e| powerless("write gid_map", e))?;
         }
     }
     sys::set_hostname("strata")

@@ -39,6 +39,7 @@ pub mod session_files;
 mod supervise;
 mod sys;
 pub mod tree_copy;
+mod userns;
 pub mod workspace;
 
 pub use helper::main as helper_main;

@@ -1,5 +1,6 @@
 //! One-time host probe for the process backend (`strata doctor`, fail-closed checks).
 
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -10,6 +11,7 @@ use sandbox_core::Check;
 
 use crate::cgroup::{self, Layout};
 use crate::sys;
+use crate::userns;
 
 /// What this host offers the process backend.
 #[derive(Clone, Debug)]
@@ -18,8 +20,10 @@ pub struct HostProbe {
     pub landlock_abi: i32,
     /// seccomp filters can be installed.
     pub seccomp: bool,
-    /// The helper could create user, mount, pid, net, ipc, uts and cgroup namespaces
-    /// (`None`: not probed; the run itself fails closed if they cannot be created).
+    /// The helper could create user, mount, pid, net, ipc, uts and cgroup namespaces and use
+    /// the user namespace's capabilities (`None`: not probed; the run itself fails closed if
+    /// they cannot be had). The cheap probes fill in only a refusal the sysctls already
+    /// show.
     pub namespaces: Option<Result<(), String>>,
     /// Where per-run cgroups go, or why there are none.
     pub cgroup: Result<Layout, String>,
@@ -94,7 +98,7 @@ impl HostProbe {
             .get_or_init(|| HostProbe {
                 landlock_abi: sys::landlock_abi(),
                 seccomp: sys::seccomp_available(),
-                namespaces: None,
+                namespaces: withheld_namespaces(),
                 cgroup: cgroup::detect(),
                 ids: sys::ids(),
             })
@@ -127,7 +131,7 @@ impl HostProbe {
             return HostProbe {
                 landlock_abi: stored.landlock_abi,
                 seccomp: stored.seccomp,
-                namespaces: None,
+                namespaces: withheld_namespaces(),
                 cgroup: stored.cgroup,
                 ids: sys::ids(),
             };
@@ -201,7 +205,14 @@ impl HostProbe {
     }
 }
 
-fn probe_namespaces(helper: &Path) -> Result<(), String> {
+/// What the cheap probe knows about namespaces: withheld when the sysctls say so
+/// ([`userns::withheld_by_sysctl`], read every time: two small files), else not probed.
+fn withheld_namespaces() -> Option<Result<(), String>> {
+    userns::withheld_by_sysctl(sys::ids().0).map(|failure| Err(userns::explain(failure)))
+}
+
+/// Runs `strata-helper probe`: whether the namespaces can be created and used here.
+pub(crate) fn probe_namespaces(helper: &Path) -> Result<(), String> {
     let output = Command::new(helper)
         .arg("probe")
         .env_clear()
@@ -219,44 +230,103 @@ fn probe_namespaces(helper: &Path) -> Result<(), String> {
     }
 }
 
-/// `strata-helper probe`: tries to create the namespaces in a forked child and prints the
-/// result as JSON. Returns the exit code.
-pub fn helper_probe() -> i32 {
-    let result = match sys::fork() {
-        Ok(sys::Fork::Child) => {
-            let flags = libc::CLONE_NEWUSER
-                | libc::CLONE_NEWNS
-                | libc::CLONE_NEWPID
-                | libc::CLONE_NEWNET
-                | libc::CLONE_NEWIPC
-                | libc::CLONE_NEWUTS
-                | libc::CLONE_NEWCGROUP;
-            let code = match sys::unshare(flags) {
-                Ok(()) => 0,
-                Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
-            };
-            sys::exit_now(code)
-        }
-        Ok(sys::Fork::Parent(pid)) => match sys::wait4(pid, 0) {
-            Ok(Some((_, status, _))) if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 => HelperProbe {
-                namespaces_ok: true,
-                error: None,
-            },
-            Ok(Some((_, status, _))) => HelperProbe {
-                namespaces_ok: false,
-                error: Some(format!(
-                    "unshare(user|mount|pid|net|ipc|uts|cgroup) failed: {} (is kernel.unprivileged_userns_clone or user.max_user_namespaces 0, or an AppArmor userns restriction on?)",
-                    std::io::Error::from_raw_os_error(libc::WEXITSTATUS(status))
-                )),
-            },
-            _ => HelperProbe {
-                namespaces_ok: false,
-                error: Some("probe child vanished".into()),
-            },
+/// The probe child's steps, in order: creating the namespaces, then the first uses of the
+/// user namespace's capabilities (where a host that hands out powerless namespaces shows).
+const PROBE_STEPS: [&str; 5] = [
+    "create namespaces",
+    "write setgroups",
+    "write uid_map",
+    "write gid_map",
+    "make the mount tree private",
+];
+
+/// The probe child: the steps of [`PROBE_STEPS`] until one fails. Returns the failed step's
+/// index and errno.
+fn probe_child() -> Option<(usize, i32)> {
+    let (uid, gid) = sys::ids();
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    let steps: [&dyn Fn() -> std::io::Result<()>; 5] = [
+        &|| sys::unshare(flags),
+        &|| std::fs::write("/proc/self/setgroups", "deny"),
+        &|| std::fs::write("/proc/self/uid_map", format!("0 {uid} 1\n")),
+        &|| std::fs::write("/proc/self/gid_map", format!("0 {gid} 1\n")),
+        &|| {
+            sys::mount(
+                None,
+                Path::new("/"),
+                None,
+                libc::MS_REC | libc::MS_PRIVATE,
+                None,
+            )
         },
-        Err(e) => HelperProbe {
-            namespaces_ok: false,
-            error: Some(format!("fork: {e}")),
+    ];
+    steps
+        .iter()
+        .enumerate()
+        .find_map(|(index, step)| step().err().map(|e| (index, errno(e))))
+}
+
+/// `strata-helper probe`: tries to create the namespaces in a forked child, and to use the
+/// user namespace's capabilities there, and prints the result as JSON (naming the cause and
+/// the remedy when the host withholds user namespaces). Returns the exit code.
+pub fn helper_probe() -> i32 {
+    let failed = |message: String| HelperProbe {
+        namespaces_ok: false,
+        error: Some(message),
+    };
+    let result = match sys::pipe() {
+        Err(e) => failed(format!("pipe: {e}")),
+        Ok((read, write)) => match sys::fork() {
+            Ok(sys::Fork::Child) => {
+                drop(read);
+                let report = probe_child().map_or([0u8; 8], |(step, errno)| {
+                    let mut bytes = [0u8; 8];
+                    bytes[..4].copy_from_slice(&(step as u32 + 1).to_le_bytes());
+                    bytes[4..].copy_from_slice(&(errno as u32).to_le_bytes());
+                    bytes
+                });
+                let _ = sys::write(write.as_raw_fd(), &report);
+                sys::exit_now(0)
+            }
+            Ok(sys::Fork::Parent(pid)) => {
+                drop(write);
+                let mut report = [0u8; 8];
+                let read_len = sys::read(read.as_raw_fd(), &mut report).unwrap_or(0);
+                let _ = sys::wait4(pid, 0);
+                let step = u32::from_le_bytes([report[0], report[1], report[2], report[3]]);
+                let errno = u32::from_le_bytes([report[4], report[5], report[6], report[7]]) as i32;
+                match (read_len, step as usize) {
+                    (8, 0) => HelperProbe {
+                        namespaces_ok: true,
+                        error: None,
+                    },
+                    (8, step) if step <= PROBE_STEPS.len() => {
+                        let name = PROBE_STEPS[step - 1];
+                        let failure = if step == 1 {
+                            userns::Failure::Create(errno)
+                        } else {
+                            userns::Failure::Powerless { step: name, errno }
+                        };
+                        failed(if userns::withheld(failure) {
+                            userns::explain(failure)
+                        } else {
+                            format!(
+                                "{name} in a new user namespace failed: {}",
+                                std::io::Error::from_raw_os_error(errno)
+                            )
+                        })
+                    }
+                    _ => failed("probe child vanished".into()),
+                }
+            }
+            Err(e) => failed(format!("fork: {e}")),
         },
     };
     match serde_json::to_string(&result) {

@@ -17,6 +17,7 @@ use crate::pool::{self, Pool, PoolSize, Warm};
 use crate::probe::HostProbe;
 use crate::protocol::{Command, Fault, FileSpec, NetMode, Spec};
 use crate::supervise;
+use crate::userns;
 use sandbox_egress::host::{EgressHost, RunEgress};
 
 /// File name of the helper binary.
@@ -209,7 +210,10 @@ impl ProcessBackend {
                     self.host().ids.0
                 );
                 if strictness == Strictness::Strict {
-                    return Err(Error::unenforceable("identity: per-agent host uid", reason));
+                    return Err(Error::unenforceable_strict(
+                        "identity: per-agent host uid",
+                        reason,
+                    ));
                 }
                 gaps.push((Capability::Privileges, reason));
             }
@@ -265,6 +269,13 @@ impl ProcessBackend {
             if self.fault == Some(Fault::Cgroup) {
                 probe.cgroup = Err("simulated: the cgroup hierarchy is not writable".into());
             }
+            // Where AppArmor may hand out powerless user namespaces, only trying tells: once
+            // per backend, so a refusal names them rather than a lesser gap.
+            if let (None, Ok(helper)) = (&probe.namespaces, &self.helper) {
+                if userns::apparmor_may_restrict(probe.ids.0) {
+                    probe.namespaces = Some(crate::probe::probe_namespaces(helper));
+                }
+            }
             probe
         })
     }
@@ -308,11 +319,10 @@ pub(crate) struct Preflight {
 fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
     let strict = strictness == Strictness::Strict;
     let mut gaps = Vec::new();
+    // First: without user namespaces nothing else here can run, whatever the strictness,
+    // and the refusal must say that rather than name a lesser gap (issue 33).
     if let Some(Err(reason)) = &host.namespaces {
-        return Err(Error::unenforceable(
-            "isolation: namespaces",
-            reason.clone(),
-        ));
+        return Err(Error::unenforceable(userns::GUARANTEE, reason.clone()));
     }
     if !host.seccomp {
         return Err(Error::unenforceable(
@@ -323,7 +333,7 @@ fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
     if host.landlock_abi == 0 {
         let reason = "landlock is not available in this kernel; only the mount namespace would restrict files";
         if strict {
-            return Err(Error::unenforceable("fs: landlock", reason));
+            return Err(Error::unenforceable_strict("fs: landlock", reason));
         }
         gaps.push((Capability::Fs, reason.to_string()));
     }
@@ -335,7 +345,7 @@ fn preflight(host: &HostProbe, strictness: Strictness) -> Result<Preflight> {
             "no writable cgroup ({why}): memory, pids and CPU time cannot be capped for the run as a whole (rlimits are per process or per uid); run as root, or give this user a delegated cgroup v2 subtree (e.g. a systemd user scope)"
         );
         if strict {
-            return Err(Error::unenforceable(
+            return Err(Error::unenforceable_strict(
                 "memory, pids and cpu: no cgroup",
                 reason,
             ));
@@ -513,7 +523,7 @@ impl ProcessBackend {
                 )?;
                 Ok(Some((run, host)))
             }
-            Err(why) if strictness == Strictness::Strict => Err(Error::unenforceable(
+            Err(why) if strictness == Strictness::Strict => Err(Error::unenforceable_strict(
                 "net: allowlist",
                 format!("the egress proxy could not start: {why}"),
             )),

@@ -326,10 +326,7 @@ fn rebuild_error(kind: &str, message: String) -> Error {
     match kind {
         "invalid_request" => Error::InvalidRequest { reason: message },
         "backend_unavailable" => Error::unavailable(BackendKind::Wasm, message),
-        "unenforceable" => Error::Unenforceable {
-            guarantee: "wasm (inner layer)".into(),
-            reason: message,
-        },
+        "unenforceable" => Error::unenforceable("wasm (inner layer)", message),
         "cancelled" => Error::Cancelled,
         _ => Error::Internal {
             message: format!("layered wasm host: {message}"),
@@ -444,7 +441,9 @@ pub fn host_main() -> i32 {
                 message: match e {
                     Error::InvalidRequest { reason } => reason,
                     Error::BackendUnavailable { reason, .. } => reason,
-                    Error::Unenforceable { guarantee, reason } => {
+                    Error::Unenforceable {
+                        guarantee, reason, ..
+                    } => {
                         format!("{guarantee}: {reason}")
                     }
                     other => other.to_string(),

@@ -109,7 +109,7 @@ pub(crate) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
     if !unprotected.is_empty() {
         let found = unprotected.join(", ");
         if strictness == Strictness::Strict {
-            return Err(Error::unenforceable(
+            return Err(Error::unenforceable_strict(
                 "fs: host-executed paths read-only",
                 format!(
                     "the wasm backend cannot make {found} read-only inside a writable preopen; run it in the process backend or layered (wasm inside the process sandbox), grant the directory read-only, or let the tool write host-executed paths (protect_host_executed: false)"

@@ -220,48 +220,163 @@ pub fn pipe() -> (std::fs::File, std::fs::File) {
     }
 }
 
+/// Copies of this test binary and the helper in a directory any user can enter, and a
+/// scratch directory owned by `uid`/`gid` (kept alive by the returned guards).
+struct InnerFiles {
+    bins: tempfile::TempDir,
+    scratch: tempfile::TempDir,
+}
+
+impl InnerFiles {
+    fn new((uid, gid): (u32, u32)) -> Self {
+        let bins = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(
+            bins.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        std::fs::copy(
+            std::env::current_exe().expect("exe"),
+            bins.path().join("inner-tests"),
+        )
+        .expect("copy test binary");
+        std::fs::copy(helper(), bins.path().join("strata-helper")).expect("copy helper");
+        let scratch = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::chown(scratch.path(), Some(uid), Some(gid)).expect("chown");
+        InnerFiles { bins, scratch }
+    }
+
+    /// Adds what runs `inner` from the copies to `command` (whose program is, or ends in,
+    /// [`InnerFiles::exe`]): the test's arguments, `env` and the harness's variables
+    /// (`STRATA_INNER_HELPER`, `STRATA_INNER_SCRATCH`, `HOME`).
+    fn add_inner(&self, command: &mut std::process::Command, inner: &str, env: &[(&str, String)]) {
+        command
+            .args([
+                "--exact",
+                inner,
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(
+                "STRATA_INNER_HELPER",
+                self.bins.path().join("strata-helper"),
+            )
+            .env("STRATA_INNER_SCRATCH", self.scratch.path())
+            .env("HOME", self.scratch.path())
+            .envs(env.iter().map(|(k, v)| (*k, v)));
+    }
+
+    fn exe(&self) -> PathBuf {
+        self.bins.path().join("inner-tests")
+    }
+}
+
+/// Checks what the inner test printed: it passed, and it ran.
+fn inner_passed(inner: &str, how: &str, out: &std::process::Output) {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{inner} {how} failed:\n{text}");
+    assert!(text.contains("1 passed"), "{inner} did not run:\n{text}");
+}
+
 /// Runs `inner` (an ignored test of this binary, with a reason) as `uid`/`gid`, with copies of this
 /// test binary and the helper in a directory that user can enter and a scratch directory
 /// (`STRATA_INNER_SCRATCH`, also `HOME`) it owns; `env` is passed on.
 pub fn run_inner_as(inner: &str, (uid, gid): (u32, u32), env: &[(&str, String)]) {
-    let bins = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(
-        bins.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    let exe = bins.path().join("inner-tests");
-    let helper_copy = bins.path().join("strata-helper");
-    std::fs::copy(std::env::current_exe().expect("exe"), &exe).expect("copy test binary");
-    std::fs::copy(helper(), &helper_copy).expect("copy helper");
-    let scratch = tempfile::tempdir().expect("tempdir");
-    std::os::unix::fs::chown(scratch.path(), Some(uid), Some(gid)).expect("chown");
-    let out = std::process::Command::new("setpriv")
+    let files = InnerFiles::new((uid, gid));
+    let mut command = std::process::Command::new("setpriv");
+    command
         .args([
             &format!("--reuid={uid}"),
             &format!("--regid={gid}"),
             "--clear-groups",
             "--",
         ])
-        .arg(&exe)
-        .args([
-            "--exact",
-            inner,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("STRATA_INNER_HELPER", &helper_copy)
-        .env("STRATA_INNER_SCRATCH", scratch.path())
-        .env("HOME", scratch.path())
-        .envs(env.iter().map(|(k, v)| (*k, v)))
-        .output()
-        .expect("setpriv");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        .arg(files.exe());
+    files.add_inner(&mut command, inner, env);
+    let out = command.output().expect("setpriv");
+    inner_passed(inner, &format!("as uid {uid}"), &out);
+}
+
+/// Like [`run_inner_as`], on a host without user namespaces, made without touching the
+/// host's settings (issue 33): the inner test runs in a user namespace made by root whose
+/// maps hold 0 and `uid`/`gid` (each mapped to itself), where its root first sets
+/// `user.max_user_namespaces` to 0 (for that namespace and everything below it) and then
+/// drops to `uid`/`gid`. Nothing it starts can create a user namespace (`ENOSPC`).
+pub fn run_inner_without_userns(inner: &str, (uid, gid): (u32, u32), env: &[(&str, String)]) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let files = InnerFiles::new((uid, gid));
+    let mut command = std::process::Command::new(files.exe());
+    files.add_inner(&mut command, inner, env);
+    let (mut ready_read, ready_write) = pipe();
+    let (go_read, mut go_write) = pipe();
+    let (ready_fd, go_fd) = (ready_write.as_raw_fd(), go_read.as_raw_fd());
+    // The child unshares its user namespace and waits; this thread (root outside) writes its
+    // maps, which a process inside cannot do for ids other than its own.
+    let mapper = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut pid = [0u8; 4];
+        ready_read.read_exact(&mut pid)?;
+        let pid = i32::from_ne_bytes(pid);
+        std::fs::write(
+            format!("/proc/{pid}/uid_map"),
+            format!("0 0 1\n{uid} {uid} 1\n"),
+        )?;
+        std::fs::write(
+            format!("/proc/{pid}/gid_map"),
+            format!("0 0 1\n{gid} {gid} 1\n"),
+        )?;
+        go_write.write_all(b"g")
+    });
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (unshare, getpid, read, write, open, close, setgroups,
+    // setresgid, setresuid) on buffers it owns; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            let fail = || Err(std::io::Error::last_os_error());
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                return fail();
+            }
+            let pid = libc::getpid().to_ne_bytes();
+            if libc::write(ready_fd, pid.as_ptr().cast(), pid.len()) != 4 {
+                return fail();
+            }
+            let mut go = [0u8; 1];
+            if libc::read(go_fd, go.as_mut_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::other("the id maps were not written"));
+            }
+            let limit = libc::open(
+                c"/proc/sys/user/max_user_namespaces".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            if limit < 0 || libc::write(limit, b"0".as_ptr().cast(), 1) != 1 {
+                return fail();
+            }
+            libc::close(limit);
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(gid, gid, gid) != 0
+                || libc::setresuid(uid, uid, uid) != 0
+            {
+                return fail();
+            }
+            Ok(())
+        });
+    }
+    let out = command.output();
+    // A child that failed before it wrote its pid leaves the thread reading: end its pipe.
+    drop(ready_write);
+    let out = out.expect("run the inner test in its user namespace");
+    mapper
+        .join()
+        .expect("mapper thread")
+        .expect("write the id maps");
+    inner_passed(
+        inner,
+        &format!("as uid {uid} without user namespaces"),
+        &out,
     );
-    assert!(out.status.success(), "{inner} as uid {uid} failed:\n{text}");
-    assert!(text.contains("1 passed"), "{inner} did not run:\n{text}");
 }

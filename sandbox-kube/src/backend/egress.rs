@@ -135,7 +135,7 @@ pub(crate) fn plan(
                 "template {template} sends the pod's egress to {to}, not to this process's egress proxy: the run's allowlist is not applied there"
             );
             match strictness {
-                Strictness::Strict => Err(Error::unenforceable("net: cluster allowlist", reason)),
+                Strictness::Strict => Err(Error::unenforceable_strict("net: cluster allowlist", reason)),
                 Strictness::BestEffort => {
                     gaps.push((Capability::Net, reason));
                     Ok(None)

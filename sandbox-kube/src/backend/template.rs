@@ -200,7 +200,7 @@ pub(crate) fn check_limits(
         let Some(reason) = reason else { continue };
         match strictness {
             Strictness::Strict => {
-                return Err(Error::unenforceable(
+                return Err(Error::unenforceable_strict(
                     format!("{what}: cluster pod limit"),
                     format!("{reason}; apply a template rendered from these limits (strata kube apply) or run best-effort"),
                 ))

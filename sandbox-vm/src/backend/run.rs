@@ -57,7 +57,7 @@ pub(super) fn plan(caps: &Caps, strictness: Strictness) -> Result<Plan> {
     let unenforceable =
         |guarantee: &str, reason: String, gaps: &mut Vec<(Capability, String)>, cap: Capability| {
             match strictness {
-                Strictness::Strict => Err(Error::unenforceable(guarantee, reason)),
+                Strictness::Strict => Err(Error::unenforceable_strict(guarantee, reason)),
                 Strictness::BestEffort => {
                     gaps.push((cap, reason));
                     Ok(())
